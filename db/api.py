@@ -1,0 +1,119 @@
+"""Database access: one ``Database`` per connection URL, sessions via oslo.db.
+
+Every transaction goes through ``oslo_db.sqlalchemy.enginefacade`` so that
+connection pooling, MySQL SQL modes and error translation are oslo.db's. Write
+paths are wrapped with :func:`retry_on_deadlock` (deadlocks and lost connections
+are retried; the wrapped function must be a whole transaction, so a retry never
+doubles a claim).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from oslo_config import cfg
+from oslo_db import api as oslo_db_api
+from oslo_db import options as db_options
+from oslo_db.sqlalchemy import enginefacade
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+DEFAULT_STATE_PATH = os.path.join(os.path.expanduser("~"), ".local", "share", "berth")
+
+state_opts = [
+    cfg.StrOpt("state_path",
+               default=DEFAULT_STATE_PATH,
+               sample_default="~/.local/share/berth",
+               help="Directory where Berth keeps local state: the embedded SQLite "
+                    "database by default. Created on first use."),
+]
+
+DEFAULT_CONNECTION = "sqlite:///$state_path/berth.sqlite"
+
+cfg.CONF.register_opts(state_opts)
+
+
+def set_defaults(conf: cfg.ConfigOpts = cfg.CONF) -> None:
+    """Register oslo.db's [database] options with Berth's embedded default."""
+    db_options.set_defaults(conf, connection=DEFAULT_CONNECTION)
+
+
+set_defaults(cfg.CONF)
+
+
+def list_opts():
+    """Options of the ``berth.db`` namespace (oslo-config-generator)."""
+    return [("DEFAULT", state_opts)]
+
+
+retry_on_deadlock = oslo_db_api.wrap_db_retry(
+    max_retries=5, retry_on_deadlock=True, retry_on_disconnect=True,
+    retry_interval=0.05, max_retry_interval=1, inc_retry_interval=True)
+
+
+class _Ctx:
+    """A throwaway holder enginefacade attaches its per-transaction state to."""
+
+
+class Database:
+    """Sessions and connections for one database URL.
+
+    ``with db.writer() as session:`` is one transaction that commits on exit
+    and rolls back on error; ``db.reader()`` is the read-only counterpart.
+    ``db.writer_connection()`` / ``db.reader_connection()`` give Core connections
+    for the hot paths (bulk loads, compare-and-swap updates).
+    """
+
+    def __init__(self, connection: str, **engine_kw) -> None:
+        self.url = connection
+        if connection.startswith("sqlite:///") and not connection.startswith("sqlite:////:"):
+            path = connection[len("sqlite:///"):]
+            if path and path != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._tc = enginefacade.transaction_context()
+        kw = {"connection": connection, "sqlite_fk": True}
+        kw.update(engine_kw)
+        self._tc.configure(**kw)
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts = cfg.CONF) -> Database:
+        d = conf.database
+        kw = {}
+        if not d.connection.startswith("sqlite"):
+            kw = {"max_pool_size": d.max_pool_size, "max_overflow": d.max_overflow,
+                  "pool_timeout": d.pool_timeout,
+                  "connection_recycle_time": d.connection_recycle_time,
+                  "max_retries": d.max_retries, "retry_interval": d.retry_interval}
+        return cls(d.connection, **kw)
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[Session]:
+        with self._tc.writer.using(_Ctx()) as session:
+            yield session
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[Session]:
+        with self._tc.reader.using(_Ctx()) as session:
+            yield session
+
+    @contextlib.contextmanager
+    def writer_connection(self) -> Iterator[Connection]:
+        with self._tc.writer.connection.using(_Ctx()) as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def reader_connection(self) -> Iterator[Connection]:
+        with self._tc.reader.connection.using(_Ctx()) as conn:
+            yield conn
+
+    @property
+    def engine(self) -> Engine:
+        return self._tc.writer.get_engine()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def dispose(self) -> None:
+        self._tc.dispose_pool()

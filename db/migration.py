@@ -1,0 +1,38 @@
+"""Schema migrations: ``berth-manage db sync`` / ``db version``."""
+from __future__ import annotations
+
+import os
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from db.api import Database
+
+_MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
+
+
+def _alembic_config(connection=None) -> Config:
+    cfg = Config(os.path.join(_MIGRATIONS, "alembic.ini"))
+    cfg.set_main_option("script_location", _MIGRATIONS)
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def db_sync(db: Database, revision: str = "head") -> str | None:
+    """Upgrade the schema to ``revision``; returns the revision now applied."""
+    with db.engine.begin() as conn:
+        command.upgrade(_alembic_config(conn), revision)
+    return db_version(db)
+
+
+def db_version(db: Database) -> str | None:
+    """The applied revision, or None for an empty database."""
+    with db.engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()

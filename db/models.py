@@ -1,0 +1,217 @@
+"""SQLAlchemy models: the whole Berth schema (DESIGN §3).
+
+Schema changes go through alembic migrations in ``db/migrations``; a test proves
+the migrated schema equals these models.
+"""
+from __future__ import annotations
+
+import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# DATETIME with microseconds on MySQL/MariaDB: the changed-rows refresh compares
+# updated_at values and second granularity would hide close updates.
+Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+# JSON documents are stored as text: portable, and parsed only where needed.
+JsonText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+
+def utcnow() -> datetime.datetime:
+    """Naive UTC now, the form every timestamp column stores."""
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TimestampMixin:
+    created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
+                                                          nullable=False)
+    updated_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
+                                                          onupdate=utcnow, nullable=False)
+
+
+class ComputeNode(TimestampMixin, Base):
+    """A hypervisor node: capacity, usage, topology and the claim generation.
+
+    ``generation`` is bumped by every write; claims are compare-and-swap on it.
+    ``deleted`` is 0 for live rows and the row id once deleted (soft delete keeps
+    the row visible to the changed-rows refresh so caches can drop it).
+    """
+
+    __tablename__ = "compute_nodes"
+    __table_args__ = (
+        UniqueConstraint("hypervisor_hostname", "deleted",
+                         name="uniq_compute_nodes0hypervisor_hostname0deleted"),
+        Index("compute_nodes_updated_at_idx", "updated_at"),
+        Index("compute_nodes_host_idx", "host"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    host: Mapped[str] = mapped_column(String(255), nullable=False)
+    hypervisor_hostname: Mapped[str] = mapped_column(String(255), nullable=False)
+    vcpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    memory_mb: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    local_gb: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    vcpus_used: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    memory_mb_used: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    # Disk usage is kept in MB: allocations include swap (MB), and sums stay exact.
+    disk_mb_used: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    running_vms: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    current_workload: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    failed_builds: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    cpu_allocation_ratio: Mapped[float] = mapped_column(Float, nullable=False)
+    ram_allocation_ratio: Mapped[float] = mapped_column(Float, nullable=False)
+    disk_allocation_ratio: Mapped[float] = mapped_column(Float, nullable=False)
+    reserved_host_memory_mb: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    reserved_host_disk_mb: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    reserved_host_cpus: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    hypervisor_type: Mapped[str | None] = mapped_column(String(255))
+    hypervisor_version: Mapped[int | None] = mapped_column(BigInteger)
+    host_ip: Mapped[str | None] = mapped_column(String(64))
+    cpu_info: Mapped[str | None] = mapped_column(JsonText)
+    supported_instances: Mapped[str | None] = mapped_column(JsonText)
+    numa_topology: Mapped[str | None] = mapped_column(JsonText)
+    stats: Mapped[str | None] = mapped_column(JsonText)
+    metrics: Mapped[str | None] = mapped_column(JsonText)
+    disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    disabled_reason: Mapped[str | None] = mapped_column(String(255))
+    generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    deleted: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    deleted_at: Mapped[datetime.datetime | None] = mapped_column(Timestamp)
+
+
+class Service(TimestampMixin, Base):
+    """A compute service and its heartbeat (``last_seen_up``)."""
+
+    __tablename__ = "services"
+    __table_args__ = (
+        UniqueConstraint("host", "binary", name="uniq_services0host0binary"),
+        Index("services_updated_at_idx", "updated_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    host: Mapped[str] = mapped_column(String(255), nullable=False)
+    binary: Mapped[str] = mapped_column(String(255), nullable=False)
+    last_seen_up: Mapped[datetime.datetime | None] = mapped_column(Timestamp)
+    report_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    disabled_reason: Mapped[str | None] = mapped_column(String(255))
+
+
+class PciDevice(TimestampMixin, Base):
+    """One PCI device of a node. Pools are GROUP BY queries over these rows."""
+
+    __tablename__ = "pci_devices"
+    __table_args__ = (
+        UniqueConstraint("compute_node_id", "address",
+                         name="uniq_pci_devices0compute_node_id0address"),
+        # Serves the all-nodes pools GROUP BY (WHERE status = 'available').
+        Index("pci_devices_pool_idx", "status", "compute_node_id", "vendor_id",
+              "product_id", "dev_type", "numa_node", "physical_network"),
+        # Serves the per-node pools GROUP BY and per-node device listings.
+        Index("pci_devices_node_pool_idx", "compute_node_id", "status", "vendor_id",
+              "product_id", "dev_type", "numa_node", "physical_network"),
+        Index("pci_devices_instance_uuid_idx", "instance_uuid"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    compute_node_id: Mapped[int] = mapped_column(
+        ForeignKey("compute_nodes.id", ondelete="CASCADE"), nullable=False)
+    address: Mapped[str] = mapped_column(String(12), nullable=False)
+    vendor_id: Mapped[str] = mapped_column(String(4), nullable=False)
+    product_id: Mapped[str] = mapped_column(String(4), nullable=False)
+    dev_type: Mapped[str] = mapped_column(String(8), nullable=False)
+    parent_addr: Mapped[str | None] = mapped_column(String(12))
+    numa_node: Mapped[int | None] = mapped_column(Integer)
+    physical_network: Mapped[str | None] = mapped_column(String(255))
+    tags: Mapped[str | None] = mapped_column(JsonText)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="available")
+    instance_uuid: Mapped[str | None] = mapped_column(String(36))
+    request_id: Mapped[str | None] = mapped_column(String(36))
+
+
+class Aggregate(TimestampMixin, Base):
+    """A host aggregate; an availability zone is its ``availability_zone`` metadata.
+
+    Any change to an aggregate, its hosts or its metadata bumps its ``updated_at``
+    so host-state caches notice with one cheap query.
+    """
+
+    __tablename__ = "aggregates"
+    __table_args__ = (
+        UniqueConstraint("name", "deleted", name="uniq_aggregates0name0deleted"),
+        Index("aggregates_updated_at_idx", "updated_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    name: Mapped[str] = mapped_column(String(255), nullable=False)
+    deleted: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    deleted_at: Mapped[datetime.datetime | None] = mapped_column(Timestamp)
+
+
+class AggregateHost(Base):
+    __tablename__ = "aggregate_hosts"
+    __table_args__ = (
+        UniqueConstraint("aggregate_id", "host", name="uniq_aggregate_hosts0aggregate_id0host"),
+        Index("aggregate_hosts_host_idx", "host"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    aggregate_id: Mapped[int] = mapped_column(
+        ForeignKey("aggregates.id", ondelete="CASCADE"), nullable=False)
+    host: Mapped[str] = mapped_column(String(255), nullable=False)
+
+
+class AggregateMetadata(Base):
+    __tablename__ = "aggregate_metadata"
+    __table_args__ = (
+        UniqueConstraint("aggregate_id", "key", name="uniq_aggregate_metadata0aggregate_id0key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    aggregate_id: Mapped[int] = mapped_column(
+        ForeignKey("aggregates.id", ondelete="CASCADE"), nullable=False)
+    key: Mapped[str] = mapped_column(String(255), nullable=False)
+    value: Mapped[str] = mapped_column(String(255), nullable=False)
+
+
+class Allocation(Base):
+    """What the scheduler handed out: usage on a node equals the sum of these."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (
+        Index("allocations_compute_node_id_idx", "compute_node_id"),
+        Index("allocations_instance_group_idx", "instance_group"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    compute_node_id: Mapped[int] = mapped_column(
+        ForeignKey("compute_nodes.id"), nullable=False)
+    vcpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    memory_mb: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    disk_mb: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    numa_cells: Mapped[str | None] = mapped_column(JsonText)
+    pci_devices: Mapped[str | None] = mapped_column(JsonText)
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    instance_group: Mapped[str | None] = mapped_column(String(36))
+    created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
+                                                          nullable=False)

@@ -1,0 +1,47 @@
+"""Shared fixtures: a migrated database on SQLite (unit) or MariaDB (functional)."""
+from __future__ import annotations
+
+import pytest
+
+from db import migration
+from db.api import Database
+from tests import services
+
+
+@pytest.fixture
+def sqlite_db(tmp_path):
+    db = Database(f"sqlite:///{tmp_path}/berth.sqlite")
+    migration.db_sync(db)
+    yield db
+    db.dispose()
+
+
+@pytest.fixture
+def mariadb_db():
+    name, url = services.create_mariadb_database()
+    db = Database(url)
+    migration.db_sync(db)
+    try:
+        yield db
+    finally:
+        db.dispose()
+        services.drop_mariadb_database(name)
+
+
+@pytest.fixture(params=["sqlite", "mariadb"])
+def any_db(request, tmp_path):
+    """The same test on SQLite and on MariaDB."""
+    if request.param == "sqlite":
+        db = Database(f"sqlite:///{tmp_path}/berth.sqlite")
+        migration.db_sync(db)
+        yield db
+        db.dispose()
+        return
+    name, url = services.create_mariadb_database()
+    db = Database(url)
+    migration.db_sync(db)
+    try:
+        yield db
+    finally:
+        db.dispose()
+        services.drop_mariadb_database(name)
