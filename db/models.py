@@ -213,5 +213,7 @@ class Allocation(Base):
     project_id: Mapped[str | None] = mapped_column(String(255))
     user_id: Mapped[str | None] = mapped_column(String(255))
     instance_group: Mapped[str | None] = mapped_column(String(36))
+    # The request this allocation answered, so ``reschedule`` can place it again.
+    request_spec: Mapped[str | None] = mapped_column(JsonText)
     created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
                                                           nullable=False)

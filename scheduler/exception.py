@@ -39,7 +39,7 @@ class NoValidHost(BerthError):
     ``{"hosts": N, "filters": [{"filter": name, "removed": n, "reasons": {text: n}}]}``.
     """
 
-    msg_fmt = "No valid host was found. %(reason)s"
+    msg_fmt = "No valid host: %(reason)s"
 
     def __init__(self, message: str | None = None, *, reason: str = "",
                  summary: dict | None = None) -> None:

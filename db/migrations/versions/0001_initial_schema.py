@@ -121,6 +121,7 @@ def upgrade() -> None:
     sa.Column('project_id', sa.String(length=255), nullable=True),
     sa.Column('user_id', sa.String(length=255), nullable=True),
     sa.Column('instance_group', sa.String(length=36), nullable=True),
+    sa.Column('request_spec', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
     sa.Column('created_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
     sa.ForeignKeyConstraint(['compute_node_id'], ['compute_nodes.id'], ),
     sa.PrimaryKeyConstraint('id'),

@@ -1,0 +1,201 @@
+"""Persistent claims: one transaction per claim, guarded by the node's generation.
+
+``claim`` bumps the node's usage with ``UPDATE ... WHERE id = :id AND generation
+= :seen`` (compare-and-swap) and, as a second guard, only while usage stays within
+(total - reserved) x allocation ratio; then it inserts the allocation row and
+claims PCI device rows (``WHERE status = 'available'``). Any conflict raises
+``ClaimConflict`` and the whole transaction rolls back: many schedulers can
+never over-commit a node, nor both take its last device.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import sqlalchemy as sa
+from oslo_db import exception as db_exc
+
+from db import models
+from db.api import Database, retry_on_deadlock
+
+_cn = models.ComputeNode.__table__
+_alloc = models.Allocation.__table__
+
+
+class ClaimConflict(Exception):
+    """The node changed under us (generation moved, capacity, or a device went)."""
+
+
+class DuplicateAllocation(Exception):
+    """The instance already holds an allocation."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimRecord:
+    instance_uuid: str
+    node_id: int
+    seen_generation: int
+    vcpus: int
+    memory_mb: int
+    disk_mb: int
+    numa_topology: str | None = None      # the node's topology JSON after the claim
+    numa_cells: str | None = None         # fitted guest topology JSON
+    pci_picks: tuple = ()                 # ((request_id, PoolKey, count), ...)
+    project_id: str | None = None
+    user_id: str | None = None
+    instance_group: str | None = None
+    request_spec: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    generation: int
+    pci_addresses: tuple[str, ...] = ()
+    pci_pools: tuple | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Released:
+    instance_uuid: str
+    node_id: int
+    host: str
+    vcpus: int
+    memory_mb: int
+    disk_mb: int
+    numa_cells: str | None
+    pci_addresses: tuple[str, ...]
+    request_spec: str | None
+    instance_group: str | None
+
+
+@retry_on_deadlock
+def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
+    """Persist one claim atomically, or raise ClaimConflict / DuplicateAllocation."""
+    from db import pci as db_pci
+    from pci import errors as pci_errors
+
+    try:
+        with db.writer_connection() as conn:
+            values = {
+                "vcpus_used": _cn.c.vcpus_used + rec.vcpus,
+                "memory_mb_used": _cn.c.memory_mb_used + rec.memory_mb,
+                "disk_mb_used": _cn.c.disk_mb_used + rec.disk_mb,
+                "running_vms": _cn.c.running_vms + 1,
+                "current_workload": _cn.c.current_workload + 1,
+                "generation": _cn.c.generation + 1,
+                "updated_at": models.utcnow(),
+            }
+            if rec.numa_topology is not None:
+                values["numa_topology"] = rec.numa_topology
+            res = conn.execute(
+                sa.update(_cn)
+                .where(_cn.c.id == rec.node_id, _cn.c.generation == rec.seen_generation,
+                       _cn.c.deleted == 0,
+                       _cn.c.vcpus_used + rec.vcpus
+                       <= (_cn.c.vcpus - _cn.c.reserved_host_cpus) * _cn.c.cpu_allocation_ratio,
+                       _cn.c.memory_mb_used + rec.memory_mb
+                       <= (_cn.c.memory_mb - _cn.c.reserved_host_memory_mb)
+                       * _cn.c.ram_allocation_ratio,
+                       _cn.c.disk_mb_used + rec.disk_mb
+                       <= (_cn.c.local_gb * 1024 - _cn.c.reserved_host_disk_mb)
+                       * _cn.c.disk_allocation_ratio)
+                .values(**values))
+            if res.rowcount != 1:
+                raise ClaimConflict(f"node {rec.node_id} changed or is full")
+            addresses: tuple[str, ...] = ()
+            pools = None
+            if rec.pci_picks:
+                try:
+                    addresses = tuple(db_pci.claim_devices(conn, rec.node_id, rec.instance_uuid,
+                                                           rec.pci_picks))
+                except pci_errors.PciClaimConflict as e:
+                    raise ClaimConflict(str(e)) from None
+                pools = db_pci.pools_for_nodes(conn, [rec.node_id]).get(rec.node_id, ())
+            conn.execute(sa.insert(_alloc).values(
+                instance_uuid=rec.instance_uuid, compute_node_id=rec.node_id,
+                vcpus=rec.vcpus, memory_mb=rec.memory_mb, disk_mb=rec.disk_mb,
+                numa_cells=rec.numa_cells,
+                pci_devices=json.dumps(list(addresses)) if addresses else None,
+                project_id=rec.project_id, user_id=rec.user_id,
+                instance_group=rec.instance_group, request_spec=rec.request_spec,
+                created_at=models.utcnow()))
+    except db_exc.DBDuplicateEntry:
+        raise DuplicateAllocation(rec.instance_uuid) from None
+    return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
+                       pci_pools=pools)
+
+
+@retry_on_deadlock
+def release(db: Database, instance_uuid: str) -> Released | None:
+    """Free an instance's allocation (usage, NUMA, devices); None if it has none."""
+    from db import pci as db_pci
+
+    with db.writer_connection() as conn:
+        alloc = conn.execute(sa.select(_alloc).where(_alloc.c.instance_uuid == instance_uuid)
+                             .with_for_update()).mappings().first()
+        if alloc is None:
+            return None
+        node = conn.execute(sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology)
+                            .where(_cn.c.id == alloc["compute_node_id"])
+                            .with_for_update()).mappings().one()
+        values = {
+            "vcpus_used": _cn.c.vcpus_used - alloc["vcpus"],
+            "memory_mb_used": _cn.c.memory_mb_used - alloc["memory_mb"],
+            "disk_mb_used": _cn.c.disk_mb_used - alloc["disk_mb"],
+            "running_vms": _cn.c.running_vms - 1,
+            "current_workload": sa.case((_cn.c.current_workload > 0,
+                                         _cn.c.current_workload - 1), else_=0),
+            "generation": _cn.c.generation + 1,
+            "updated_at": models.utcnow(),
+        }
+        if alloc["numa_cells"] and node["numa_topology"]:
+            values["numa_topology"] = _remove_numa_usage(node["numa_topology"],
+                                                         alloc["numa_cells"])
+        conn.execute(sa.update(_cn).where(_cn.c.id == node["id"]).values(**values))
+        addresses: tuple[str, ...] = ()
+        if alloc["pci_devices"]:
+            addresses = tuple(db_pci.release_devices(conn, instance_uuid))
+        conn.execute(sa.delete(_alloc).where(_alloc.c.id == alloc["id"]))
+    return Released(instance_uuid=instance_uuid, node_id=node["id"], host=node["host"],
+                    vcpus=alloc["vcpus"], memory_mb=alloc["memory_mb"],
+                    disk_mb=alloc["disk_mb"], numa_cells=alloc["numa_cells"],
+                    pci_addresses=addresses, request_spec=alloc["request_spec"],
+                    instance_group=alloc["instance_group"])
+
+
+def _remove_numa_usage(host_json: str, fitted_json: str) -> str:
+    from numa import usage
+    from numa.topology import FittedTopology, HostTopology
+
+    host = HostTopology.from_primitive(json.loads(host_json))
+    fitted = FittedTopology.from_primitive(json.loads(fitted_json))
+    return json.dumps(usage.remove_usage(host, fitted).to_primitive(), sort_keys=True)
+
+
+@retry_on_deadlock
+def record_build_failure(db: Database, host: str) -> bool:
+    """Count a failed build on ``host`` (read by BuildFailureWeigher)."""
+    with db.writer_connection() as conn:
+        res = conn.execute(sa.update(_cn).where(_cn.c.host == host, _cn.c.deleted == 0)
+                           .values(failed_builds=_cn.c.failed_builds + 1,
+                                   generation=_cn.c.generation + 1,
+                                   updated_at=models.utcnow()))
+        return res.rowcount > 0
+
+
+def existing_allocations(db: Database, instance_uuids: list[str]) -> set[str]:
+    """Which of ``instance_uuids`` already hold an allocation."""
+    if not instance_uuids:
+        return set()
+    with db.reader_connection() as conn:
+        return set(conn.execute(sa.select(_alloc.c.instance_uuid)
+                                .where(_alloc.c.instance_uuid.in_(instance_uuids))).scalars())
+
+
+def get_allocation(db: Database, instance_uuid: str) -> dict | None:
+    with db.reader_connection() as conn:
+        row = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,
+                                     _cn.c.uuid.label("node_uuid"))
+                           .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
+                           .where(_alloc.c.instance_uuid == instance_uuid)).mappings().first()
+        return dict(row) if row else None

@@ -1,0 +1,104 @@
+"""The reads behind the host-state cache: full load once, changed rows after.
+
+Core (not ORM) selects: these run on every request at 10,000+ hosts.
+"""
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from db import models
+
+_cn = models.ComputeNode.__table__
+_svc = models.Service.__table__
+_agg = models.Aggregate.__table__
+_agg_hosts = models.AggregateHost.__table__
+_agg_meta = models.AggregateMetadata.__table__
+_alloc = models.Allocation.__table__
+
+NODE_COLUMNS = [c for c in _cn.c if c.name not in ("created_at", "deleted_at")]
+
+
+def load_nodes(conn: Connection, node_ids: Iterable[int] | None = None) -> list[sa.RowMapping]:
+    """Live compute_nodes rows (all, or the given ids)."""
+    q = sa.select(*NODE_COLUMNS).where(_cn.c.deleted == 0)
+    if node_ids is not None:
+        ids = list(node_ids)
+        if not ids:
+            return []
+        q = q.where(_cn.c.id.in_(ids))
+    return list(conn.execute(q).mappings())
+
+
+def changed_nodes(conn: Connection, since: datetime.datetime
+                  ) -> list[tuple[int, int, int, datetime.datetime]]:
+    """(id, generation, deleted, updated_at) of rows touched at or after ``since``.
+
+    Narrow on purpose: the caller fetches full rows only for generations it
+    has not seen yet.
+    """
+    q = sa.select(_cn.c.id, _cn.c.generation, _cn.c.deleted, _cn.c.updated_at).where(
+        _cn.c.updated_at >= since)
+    return [tuple(r) for r in conn.execute(q)]
+
+
+def max_node_updated_at(conn: Connection) -> datetime.datetime | None:
+    return conn.execute(sa.select(sa.func.max(_cn.c.updated_at))).scalar()
+
+
+def heartbeats(conn: Connection, since: datetime.datetime | None = None,
+               hosts: list[str] | None = None) -> dict[str, datetime.datetime | None]:
+    """host -> last_seen_up, for services rows changed since ``since`` and/or of
+    the given hosts (or all)."""
+    q = sa.select(_svc.c.host, _svc.c.last_seen_up)
+    if since is not None:
+        q = q.where(_svc.c.updated_at >= since)
+    if hosts is not None:
+        q = q.where(_svc.c.host.in_(hosts))
+    out: dict[str, datetime.datetime | None] = {}
+    for host, seen in conn.execute(q):
+        prev = out.get(host)
+        if prev is None or (seen is not None and seen > prev):
+            out[host] = seen
+    return out
+
+
+def aggregates_version(conn: Connection) -> tuple:
+    """Changes whenever an aggregate, its hosts or its metadata change."""
+    return tuple(conn.execute(sa.select(sa.func.max(_agg.c.updated_at),
+                                        sa.func.count(_agg.c.id))).one())
+
+
+def load_aggregates(conn: Connection) -> list[dict]:
+    """Live aggregates with their hosts and metadata."""
+    aggs: dict[int, dict] = {}
+    for row in conn.execute(sa.select(_agg.c.id, _agg.c.uuid, _agg.c.name)
+                            .where(_agg.c.deleted == 0)):
+        aggs[row.id] = {"id": row.id, "uuid": row.uuid, "name": row.name,
+                        "hosts": set(), "metadata": {}}
+    for agg_id, host in conn.execute(sa.select(_agg_hosts.c.aggregate_id, _agg_hosts.c.host)):
+        if agg_id in aggs:
+            aggs[agg_id]["hosts"].add(host)
+    for agg_id, key, value in conn.execute(
+            sa.select(_agg_meta.c.aggregate_id, _agg_meta.c.key, _agg_meta.c.value)):
+        if agg_id in aggs:
+            aggs[agg_id]["metadata"][key] = value
+    return list(aggs.values())
+
+
+def instances_by_node(conn: Connection, node_ids: Iterable[int] | None = None
+                      ) -> dict[int, dict[str, str | None]]:
+    """node id -> {instance_uuid: server group uuid or None} from allocations."""
+    q = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid, _alloc.c.instance_group)
+    if node_ids is not None:
+        ids = list(node_ids)
+        if not ids:
+            return {}
+        q = q.where(_alloc.c.compute_node_id.in_(ids))
+    out: dict[int, dict[str, str | None]] = {}
+    for node_id, inst, group in conn.execute(q):
+        out.setdefault(node_id, {})[inst] = group
+    return out

@@ -1,0 +1,307 @@
+"""HostManager: the cache of HostStates, loaded once and refreshed by changes.
+
+Start-up loads every node, aggregate, heartbeat and allocation (and the PCI
+pools, only when PciPassthroughFilter is enabled). Each request then runs one
+narrow query for nodes whose ``updated_at`` moved, and re-reads full rows only
+for nodes whose ``generation`` is newer than the cached one, so a refresh
+never overwrites a newer in-memory consume and never double-counts one that
+the database already reflects (a consume bumps the cached generation to the
+value its claim wrote). Concurrent requests share one refresh.
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import threading
+import time
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from db import host_states as queries
+from db.api import Database
+from db.models import utcnow
+from scheduler.host_state import AggregateInfo, HostState
+
+LOG = logging.getLogger(__name__)
+
+host_manager_opts = [
+    cfg.StrOpt("default_availability_zone", default="nova",
+               help="Availability zone of hosts that belong to no aggregate with an "
+                    "availability_zone key."),
+]
+cache_opts = [
+    cfg.FloatOpt("refresh_overlap_seconds", default=2.0, min=0.0,
+                 help="How far back each changed-rows refresh looks before the newest "
+                      "change it saw last time. Covers transactions that commit a little "
+                      "after they stamp updated_at, and small clock skew between "
+                      "scheduler hosts. Rows seen again are skipped by generation."),
+    cfg.FloatOpt("heartbeat_refresh_interval", default=5.0, min=0.0,
+                 help="Seconds between reads of changed service heartbeats. Heartbeats "
+                      "only matter against service_down_time, so they need not be read "
+                      "on every request."),
+]
+
+cfg.CONF.register_opts(host_manager_opts)
+cfg.CONF.register_opts(cache_opts, group="scheduler")
+
+LIST_OPTS = [("DEFAULT", host_manager_opts), ("scheduler", cache_opts)]
+
+
+class HostManager:
+    """Owns the HostState cache for one scheduler process."""
+
+    def __init__(self, db: Database, conf: cfg.ConfigOpts = cfg.CONF,
+                 load_pci_pools: bool = False) -> None:
+        self.db = db
+        self.conf = conf
+        self.load_pci_pools = load_pci_pools
+        self._hosts: dict[int, HostState] = {}
+        self._ordered: list[HostState] = []
+        self._by_host: dict[str, list[HostState]] = {}
+        self._instance_node: dict[str, int] = {}
+        self._groups: dict[str, collections.Counter] = {}
+        self._since: datetime.datetime | None = None
+        self._agg_version: tuple | None = None
+        self._aggregates: list[AggregateInfo] = []
+        self._heartbeat_read_at = 0.0
+        self._heartbeat_since: datetime.datetime | None = None
+        self._refresh_lock = threading.Lock()
+        self._refresh_gen = 0
+        self.loaded = False
+
+    # -- public -----------------------------------------------------------
+    def host_states(self) -> list[HostState]:
+        """Every live host, refreshed from changed rows first."""
+        self.refresh()
+        return self._ordered
+
+    def get(self, node_id: int) -> HostState | None:
+        return self._hosts.get(node_id)
+
+    def hosts_named(self, host: str) -> list[HostState]:
+        return self._by_host.get(host, [])
+
+    def group_hosts(self, group_uuid: str | None) -> dict[str, int]:
+        """host name -> number of the group's members placed there."""
+        if not group_uuid:
+            return {}
+        return dict(self._groups.get(group_uuid, {}))
+
+    def instance_host(self, instance_uuid: str) -> HostState | None:
+        node_id = self._instance_node.get(instance_uuid)
+        return self._hosts.get(node_id) if node_id is not None else None
+
+    def refresh(self) -> None:
+        """Bring the cache up to date; concurrent callers share one refresh."""
+        seen = self._refresh_gen
+        with self._refresh_lock:
+            if self._refresh_gen != seen:
+                return      # another caller refreshed while we waited
+            if not self.loaded:
+                self._full_load()
+            else:
+                self._refresh_changed()
+            self._refresh_gen += 1
+
+    def refresh_nodes(self, node_ids) -> None:
+        """Re-read specific nodes now (after a claim conflict)."""
+        with self.db.reader_connection() as conn:
+            self._apply_node_rows(conn, queries.load_nodes(conn, node_ids), force=False)
+
+    # -- instance / group index, kept in step with consume and release ----
+    def note_placed(self, host: HostState, instance_uuid: str, group: str | None) -> None:
+        host.instances[instance_uuid] = group
+        self._instance_node[instance_uuid] = host.node_id
+        if group:
+            self._groups.setdefault(group, collections.Counter())[host.host] += 1
+
+    def note_released(self, instance_uuid: str) -> None:
+        node_id = self._instance_node.pop(instance_uuid, None)
+        host = self._hosts.get(node_id) if node_id is not None else None
+        if host is None:
+            return
+        group = host.instances.pop(instance_uuid, None)
+        if group:
+            self._uncount_group(group, host.host)
+
+    # -- loading ------------------------------------------------------------
+    def _full_load(self) -> None:
+        t0 = time.monotonic()
+        with self.db.reader_connection() as conn:
+            started = utcnow()
+            rows = queries.load_nodes(conn)
+            self._hosts.clear()
+            self._instance_node.clear()
+            self._groups.clear()
+            for row in rows:
+                hs = HostState(row["id"], row["host"], row["hypervisor_hostname"])
+                hs.update_from_row(row)
+                self._hosts[hs.node_id] = hs
+            self._load_instances(conn, None)
+            if self.load_pci_pools:
+                self._load_pools(conn, None)
+            self._reload_aggregates(conn)
+            self._read_heartbeats(conn, full=True)
+            self._since = self._newest(rows, started)
+        self._reindex()
+        self.loaded = True
+        LOG.info("Loaded %d hosts in %.1f ms", len(self._hosts),
+                 (time.monotonic() - t0) * 1000)
+
+    def _refresh_changed(self) -> None:
+        with self.db.reader_connection() as conn:
+            since = self._since - datetime.timedelta(
+                seconds=self.conf.scheduler.refresh_overlap_seconds)
+            changed = queries.changed_nodes(conn, since)
+            newest = self._since
+            stale, gone = [], []
+            for node_id, generation, deleted, updated_at in changed:
+                if updated_at > newest:
+                    newest = updated_at
+                if deleted:
+                    if node_id in self._hosts:
+                        gone.append(node_id)
+                    continue
+                hs = self._hosts.get(node_id)
+                if hs is None or generation > hs.generation:
+                    stale.append(node_id)
+            if stale:
+                self._apply_node_rows(conn, queries.load_nodes(conn, stale), force=False)
+            for node_id in gone:
+                self._drop(node_id)
+            version = queries.aggregates_version(conn)
+            if version != self._agg_version:
+                self._reload_aggregates(conn)
+            elif stale:
+                self._assign_aggregates([self._hosts[i] for i in stale if i in self._hosts])
+            self._read_heartbeats(conn, full=False)
+            self._since = newest
+        if stale or gone:
+            self._reindex()
+
+    def _apply_node_rows(self, conn, rows, force: bool) -> None:
+        """Take rows whose generation is newer than the cached one."""
+        updated = []
+        for row in rows:
+            hs = self._hosts.get(row["id"])
+            if hs is None:
+                hs = HostState(row["id"], row["host"], row["hypervisor_hostname"])
+                self._hosts[hs.node_id] = hs
+                new = True
+            else:
+                new = False
+            with hs.lock():
+                if not new and not force and row["generation"] <= hs.generation:
+                    continue
+                hs.update_from_row(row)
+            updated.append(hs)
+        if not updated:
+            return
+        ids = [h.node_id for h in updated]
+        fresh = [h for h in updated if h.last_heartbeat is None]
+        if fresh:
+            beats = queries.heartbeats(conn, hosts=[h.host for h in fresh])
+            for hs in fresh:
+                hs.last_heartbeat = beats.get(hs.host)
+        self._load_instances(conn, ids)
+        if self.load_pci_pools:
+            self._load_pools(conn, ids)
+        self._assign_aggregates(updated)
+        if any(h not in self._ordered for h in updated):
+            self._reindex()
+
+    def _load_instances(self, conn, node_ids) -> None:
+        by_node = queries.instances_by_node(conn, node_ids)
+        targets = self._hosts.values() if node_ids is None else \
+            [self._hosts[i] for i in node_ids if i in self._hosts]
+        for hs in targets:
+            old = hs.instances
+            for inst, group in old.items():
+                if group:
+                    self._uncount_group(group, hs.host)
+                self._instance_node.pop(inst, None)
+            hs.instances = {}
+            for inst, group in by_node.get(hs.node_id, {}).items():
+                self.note_placed(hs, inst, group)
+
+    def _load_pools(self, conn, node_ids) -> None:
+        from db import pci as db_pci
+
+        pools = db_pci.pools_for_nodes(conn, node_ids)
+        targets = self._hosts.values() if node_ids is None else \
+            [self._hosts[i] for i in node_ids if i in self._hosts]
+        for hs in targets:
+            hs.pci_pools = pools.get(hs.node_id, ())
+
+    def _reload_aggregates(self, conn) -> None:
+        self._agg_version = queries.aggregates_version(conn)
+        self._aggregates = [
+            AggregateInfo(id=a["id"], uuid=a["uuid"], name=a["name"],
+                          metadata=dict(a["metadata"]), hosts=frozenset(a["hosts"]))
+            for a in queries.load_aggregates(conn)]
+        self._assign_aggregates(self._hosts.values())
+
+    def _assign_aggregates(self, hosts) -> None:
+        by_host: dict[str, list[AggregateInfo]] = {}
+        for agg in self._aggregates:
+            for h in agg.hosts:
+                by_host.setdefault(h, []).append(agg)
+        default_az = self.conf.default_availability_zone
+        for hs in hosts:
+            hs.set_aggregates(tuple(by_host.get(hs.host, ())), default_az)
+
+    def _read_heartbeats(self, conn, full: bool) -> None:
+        now = time.monotonic()
+        if not full and now - self._heartbeat_read_at < \
+                self.conf.scheduler.heartbeat_refresh_interval:
+            return
+        started = utcnow()
+        since = None
+        if not full and self._heartbeat_since is not None:
+            since = self._heartbeat_since - datetime.timedelta(
+                seconds=self.conf.scheduler.refresh_overlap_seconds)
+        beats = queries.heartbeats(conn, since)
+        if full:
+            for hs in self._hosts.values():
+                hs.last_heartbeat = beats.get(hs.host)
+        else:
+            for host, seen in beats.items():
+                for hs in self._by_host.get(host, ()):
+                    hs.last_heartbeat = seen
+        self._heartbeat_read_at = now
+        self._heartbeat_since = started
+
+    def _drop(self, node_id: int) -> None:
+        hs = self._hosts.pop(node_id, None)
+        if hs is None:
+            return
+        for inst, group in hs.instances.items():
+            self._instance_node.pop(inst, None)
+            if group:
+                self._uncount_group(group, hs.host)
+
+    def _uncount_group(self, group: str, host: str) -> None:
+        counter = self._groups.get(group)
+        if counter is None:
+            return
+        counter[host] -= 1
+        if counter[host] <= 0:
+            del counter[host]
+        if not counter:
+            del self._groups[group]
+
+    def _reindex(self) -> None:
+        self._ordered = sorted(self._hosts.values(), key=lambda h: h.node_id)
+        by_host: dict[str, list[HostState]] = {}
+        for hs in self._ordered:
+            by_host.setdefault(hs.host, []).append(hs)
+        self._by_host = by_host
+
+    @staticmethod
+    def _newest(rows, fallback: datetime.datetime) -> datetime.datetime:
+        newest = None
+        for row in rows:
+            if newest is None or row["updated_at"] > newest:
+                newest = row["updated_at"]
+        return newest or fallback

@@ -1,0 +1,330 @@
+"""HostState: what filters and weighers read about one node, and the consume step.
+
+A HostState lives in the HostManager's cache across requests. It is updated in
+place from database rows (when the node's generation moved) and by
+``consume_from_request`` (after the claim is persisted). Filters never write it.
+
+Capacity follows Placement's rule: usable = (total - reserved) * allocation ratio;
+usage counts allocations only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from oslo_concurrency import lockutils
+
+from db.models import utcnow
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AggregateInfo:
+    id: int
+    uuid: str
+    name: str
+    metadata: Mapping[str, str]
+    hosts: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Consumed:
+    """What one successful consume took from a host (returned to the caller)."""
+
+    node_id: int
+    numa_fitted: Any = None          # numa.topology.FittedTopology | None
+    pci_picks: tuple = ()            # ((request_index, PoolKey, count), ...)
+    pci_addresses: tuple[str, ...] = ()
+    generation: int = 0
+    pci_pools: tuple | None = None   # the node's pools after the claim, when re-read
+
+
+class ConsumeRefused(Exception):
+    """The request no longer fits this host (re-checked inside the lock)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _loads(text: str | None, default: Any) -> Any:
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+class HostState:
+    """Mutable, cached view of one compute node."""
+
+    __slots__ = (
+        "node_id", "uuid", "host", "nodename",
+        "vcpus", "memory_mb", "local_gb", "vcpus_used", "memory_mb_used", "disk_mb_used",
+        "num_instances", "num_io_ops", "failed_builds",
+        "cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio",
+        "reserved_host_memory_mb", "reserved_host_disk_mb", "reserved_host_cpus",
+        "hypervisor_type", "hypervisor_version", "host_ip", "cpu_info",
+        "supported_instances", "stats", "metrics", "disabled", "disabled_reason",
+        "last_heartbeat", "numa_topology", "pci_pools", "aggregates",
+        "availability_zone", "instances", "generation", "updated", "_lock_name",
+        "__weakref__",
+    )
+
+    def __init__(self, node_id: int, host: str, nodename: str, uuid: str = "") -> None:
+        self.node_id = node_id
+        self.host = host
+        self.nodename = nodename
+        self.uuid = uuid
+        self.vcpus = self.memory_mb = self.local_gb = 0
+        self.vcpus_used = self.memory_mb_used = self.disk_mb_used = 0
+        self.num_instances = self.num_io_ops = self.failed_builds = 0
+        self.cpu_allocation_ratio = self.ram_allocation_ratio = 1.0
+        self.disk_allocation_ratio = 1.0
+        self.reserved_host_memory_mb = self.reserved_host_disk_mb = 0
+        self.reserved_host_cpus = 0
+        self.hypervisor_type: str | None = None
+        self.hypervisor_version: int | None = None
+        self.host_ip: str | None = None
+        self.cpu_info: dict = {}
+        self.supported_instances: list = []
+        self.stats: dict = {}
+        self.metrics: dict = {}
+        self.disabled = False
+        self.disabled_reason: str | None = None
+        self.last_heartbeat: datetime.datetime | None = None
+        self.numa_topology = None
+        self.pci_pools: tuple = ()
+        self.aggregates: tuple[AggregateInfo, ...] = ()
+        self.availability_zone: str | None = None
+        self.instances: dict[str, str | None] = {}
+        self.generation = -1
+        self.updated: datetime.datetime | None = None
+        self._lock_name = f"berth-host-{node_id}"
+
+    def __repr__(self) -> str:
+        return (f"<HostState {self.host}/{self.nodename} ram:{self.free_ram_mb} "
+                f"disk:{self.free_disk_mb} vcpus:{self.vcpus_used}/{self.vcpus} "
+                f"gen:{self.generation}>")
+
+    # -- loading ----------------------------------------------------------
+    def update_from_row(self, row: Mapping[str, Any]) -> None:
+        """Take every column of a compute_nodes row (a newer generation)."""
+        self.uuid = row["uuid"]
+        self.host = row["host"]
+        self.nodename = row["hypervisor_hostname"]
+        self.vcpus = row["vcpus"]
+        self.memory_mb = row["memory_mb"]
+        self.local_gb = row["local_gb"]
+        self.vcpus_used = row["vcpus_used"]
+        self.memory_mb_used = row["memory_mb_used"]
+        self.disk_mb_used = row["disk_mb_used"]
+        self.num_instances = row["running_vms"]
+        self.num_io_ops = row["current_workload"]
+        self.failed_builds = row["failed_builds"]
+        self.cpu_allocation_ratio = row["cpu_allocation_ratio"]
+        self.ram_allocation_ratio = row["ram_allocation_ratio"]
+        self.disk_allocation_ratio = row["disk_allocation_ratio"]
+        self.reserved_host_memory_mb = row["reserved_host_memory_mb"]
+        self.reserved_host_disk_mb = row["reserved_host_disk_mb"]
+        self.reserved_host_cpus = row["reserved_host_cpus"]
+        self.hypervisor_type = row["hypervisor_type"]
+        self.hypervisor_version = row["hypervisor_version"]
+        self.host_ip = row["host_ip"]
+        self.cpu_info = _loads(row["cpu_info"], {})
+        self.supported_instances = [tuple(x) for x in _loads(row["supported_instances"], [])]
+        self.stats = _loads(row["stats"], {})
+        self.metrics = _loads(row["metrics"], {})
+        self.disabled = bool(row["disabled"])
+        self.disabled_reason = row["disabled_reason"]
+        numa = _loads(row["numa_topology"], None)
+        if numa:
+            from numa.topology import HostTopology
+
+            self.numa_topology = HostTopology.from_primitive(numa)
+        else:
+            self.numa_topology = None
+        self.generation = row["generation"]
+        self.updated = row["updated_at"]
+
+    def set_aggregates(self, aggregates: tuple[AggregateInfo, ...],
+                       default_az: str | None) -> None:
+        self.aggregates = aggregates
+        az = None
+        for agg in aggregates:
+            if "availability_zone" in agg.metadata:
+                az = agg.metadata["availability_zone"]
+                break
+        self.availability_zone = az or default_az
+
+    # -- capacity -----------------------------------------------------------
+    @property
+    def vcpus_limit(self) -> float:
+        return (self.vcpus - self.reserved_host_cpus) * self.cpu_allocation_ratio
+
+    @property
+    def memory_mb_limit(self) -> float:
+        return (self.memory_mb - self.reserved_host_memory_mb) * self.ram_allocation_ratio
+
+    @property
+    def disk_mb_limit(self) -> float:
+        return (self.local_gb * 1024 - self.reserved_host_disk_mb) * self.disk_allocation_ratio
+
+    @property
+    def free_ram_mb(self) -> int:
+        """Physical RAM not used by allocations nor reserved (may be negative
+        when over-committed)."""
+        return self.memory_mb - self.reserved_host_memory_mb - self.memory_mb_used
+
+    @property
+    def free_disk_mb(self) -> int:
+        return self.local_gb * 1024 - self.reserved_host_disk_mb - self.disk_mb_used
+
+    @property
+    def free_vcpus(self) -> int:
+        return self.vcpus - self.reserved_host_cpus - self.vcpus_used
+
+    @property
+    def limits(self) -> dict[str, float]:
+        return {"vcpu": self.vcpus_limit, "memory_mb": self.memory_mb_limit,
+                "disk_mb": self.disk_mb_limit}
+
+    def aggregate_values(self, key: str) -> list[str]:
+        """Every value ``key`` has in this host's aggregates' metadata."""
+        return [a.metadata[key] for a in self.aggregates if key in a.metadata]
+
+    def aggregate_min_float(self, key: str, default: float) -> float:
+        """The smallest valid float value of ``key`` over the host's aggregates."""
+        best = None
+        for raw in self.aggregate_values(key):
+            try:
+                val = float(raw)
+            except ValueError:
+                continue
+            best = val if best is None else min(best, val)
+        return default if best is None else best
+
+    def is_up(self, now: datetime.datetime, down_time: float) -> bool:
+        """A host that never sent a heartbeat is statically managed (imported
+        from a fleet file) and counts as up; one that did must keep sending."""
+        if self.last_heartbeat is None:
+            return True
+        return (now - self.last_heartbeat).total_seconds() <= down_time
+
+    # -- check and consume ----------------------------------------------
+    def resources_reason(self, spec) -> str | None:
+        """Why the request's RAM/disk/vCPUs don't fit within capacity × ratio."""
+        if self.memory_mb_used + spec.memory_mb > self.memory_mb_limit:
+            return f"insufficient RAM: need {spec.memory_mb} MB"
+        if self.vcpus_used + spec.vcpus > self.vcpus_limit:
+            return f"insufficient vCPUs: need {spec.vcpus}"
+        if self.disk_mb_used + spec.disk_mb > self.disk_mb_limit:
+            return f"insufficient disk: need {spec.disk_mb} MB"
+        return None
+
+    def fit_numa_and_pci(self, spec):
+        """(fitted NUMA topology | None, pci picks, reason | None) for the request."""
+        fitted = None
+        cells = None
+        socket_of = None
+        pci_requests = spec.pci_requests
+        if spec.numa_topology is not None:
+            from numa import fitting
+
+            if self.numa_topology is None:
+                return None, (), "host has no NUMA topology"
+            pci_check = None
+            if pci_requests:
+                from pci import matching
+
+                socket_of = {c.id: c.socket for c in self.numa_topology.cells}
+                pools = self.pci_pools
+
+                def pci_check(host_cells, _p=pools, _r=pci_requests, _s=socket_of):
+                    return matching.supports_requests(_p, _r, numa_cells=host_cells,
+                                                      socket_of=_s)
+            result = fitting.fit_instance_to_host(
+                self.numa_topology, spec.numa_topology,
+                limits=fitting.Limits(self.cpu_allocation_ratio, self.ram_allocation_ratio),
+                pci_check=pci_check)
+            if result.fitted is None:
+                return None, (), result.reason
+            fitted = result.fitted
+            cells = frozenset(c.host_cell_id for c in fitted.cells)
+        picks: tuple = ()
+        if pci_requests:
+            from pci import errors as pci_errors
+            from pci import matching
+
+            if socket_of is None and self.numa_topology is not None:
+                socket_of = {c.id: c.socket for c in self.numa_topology.cells}
+            try:
+                _, picks = matching.apply_requests(self.pci_pools, pci_requests,
+                                                   numa_cells=cells, socket_of=socket_of)
+            except pci_errors.PciError:
+                reason = matching.explain(self.pci_pools, pci_requests, numa_cells=cells,
+                                          socket_of=socket_of)
+                return fitted, (), reason or "PCI requests cannot be satisfied"
+        return fitted, picks, None
+
+    def consume_from_request(self, spec, persist: Callable[[HostState, Consumed], Consumed]
+                             | None = None) -> Consumed:
+        """Re-check and consume the request on this host under its lock.
+
+        ``persist`` writes the claim (compare-and-swap on ``generation``) and
+        returns the final ``Consumed`` (with claimed PCI addresses); it raises
+        to abort, in which case nothing here changes. Raises ``ConsumeRefused``
+        when the request no longer fits.
+        """
+        with lockutils.lock(self._lock_name):
+            reason = self.resources_reason(spec)
+            if reason:
+                raise ConsumeRefused(reason)
+            fitted, picks, reason = self.fit_numa_and_pci(spec)
+            if reason:
+                raise ConsumeRefused(reason)
+            consumed = Consumed(node_id=self.node_id, numa_fitted=fitted, pci_picks=picks,
+                                generation=self.generation)
+            if persist is not None:
+                consumed = persist(self, consumed)
+            self._apply(spec, consumed)
+            return consumed
+
+    def _apply(self, spec, consumed: Consumed) -> None:
+        """Subtract the request (after the claim succeeded); stamps ``updated``."""
+        self.memory_mb_used += spec.memory_mb
+        self.disk_mb_used += spec.disk_mb
+        self.vcpus_used += spec.vcpus
+        self.num_instances += 1
+        self.num_io_ops += 1
+        if consumed.numa_fitted is not None:
+            from numa import usage
+
+            self.numa_topology = usage.apply_usage(self.numa_topology, consumed.numa_fitted)
+        if consumed.pci_pools is not None:
+            self.pci_pools = consumed.pci_pools
+        elif consumed.pci_picks:
+            from pci import matching
+
+            cells = None
+            if consumed.numa_fitted is not None:
+                cells = frozenset(c.host_cell_id for c in consumed.numa_fitted.cells)
+            socket_of = ({c.id: c.socket for c in self.numa_topology.cells}
+                         if self.numa_topology is not None else None)
+            self.pci_pools, _ = matching.apply_requests(
+                self.pci_pools, spec.pci_requests, numa_cells=cells, socket_of=socket_of)
+        if consumed.generation > self.generation:
+            self.generation = consumed.generation
+        self.updated = utcnow()
+
+    def lock(self):
+        """The per-host lock (for refreshes that must not interleave with consume)."""
+        return lockutils.lock(self._lock_name)
+
+    def numa_json(self) -> str | None:
+        if self.numa_topology is None:
+            return None
+        return json.dumps(self.numa_topology.to_primitive(), sort_keys=True)

@@ -1,0 +1,335 @@
+"""Scenario runner behind ``berth-manage simulate`` and the functional scenarios.
+
+A scenario (DESIGN §7) is a fleet, optional config overrides and steps. It runs
+in-process on a throwaway SQLite database; after every step the runner checks
+that each node's usage equals the sum of its allocations and stays within
+(total - reserved) x allocation ratio.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+import yaml
+from oslo_config import cfg
+
+from db import migration, models
+from db.api import Database
+from scheduler import exception
+
+_STEP_KINDS = ("select", "release", "reschedule", "report", "expect_usage")
+_EXPECT_KEYS = frozenset({"hosts", "host_in", "not_hosts", "hosts_distinct", "hosts_same",
+                          "same_host_as", "error", "reason_contains", "alternates"})
+USAGE_COUNTERS = ("vcpus_used", "memory_mb_used", "local_gb_used", "disk_mb_used",
+                  "running_vms")
+
+
+class ScenarioError(Exception):
+    """The scenario file itself is malformed."""
+
+
+@dataclasses.dataclass
+class StepResult:
+    index: int
+    kind: str
+    ok: bool
+    placements: list[dict] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    message: str = ""
+    failures: list[str] = dataclasses.field(default_factory=list)
+
+    def to_primitive(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class ScenarioResult:
+    description: str
+    steps: list[StepResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.steps)
+
+    def to_primitive(self) -> dict:
+        return {"description": self.description, "ok": self.ok,
+                "steps": [s.to_primitive() for s in self.steps]}
+
+
+def load_scenario(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: expected a mapping at the top level")
+    unknown = set(data) - {"description", "config", "fleet", "steps"}
+    if unknown:
+        raise ScenarioError(f"{path}: unknown top-level key(s): {', '.join(sorted(unknown))}")
+    if "fleet" not in data or "steps" not in data:
+        raise ScenarioError(f"{path}: 'fleet' and 'steps' are required")
+    return data
+
+
+@contextlib.contextmanager
+def config_overrides(conf: cfg.ConfigOpts, overrides: Mapping | None) -> Iterator[None]:
+    """Apply ``{group: {option: value}}`` for the duration of the block."""
+    applied = []
+    try:
+        for group, opts in (overrides or {}).items():
+            if not isinstance(opts, dict):
+                raise ScenarioError(f"config.{group}: expected a mapping")
+            grp = None if group in ("DEFAULT", "default") else group
+            for name, value in opts.items():
+                try:
+                    conf.set_override(name, value, group=grp)
+                except (cfg.NoSuchOptError, cfg.NoSuchGroupError, ValueError) as e:
+                    raise ScenarioError(f"config.{group}.{name}: {e}") from None
+                applied.append((name, grp))
+        yield
+    finally:
+        for name, grp in applied:
+            conf.clear_override(name, group=grp)
+
+
+def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
+    """Run one scenario on a throwaway SQLite database."""
+    from db import hosts as db_hosts
+    from scheduler import fleet as fleet_mod
+    from scheduler.filter_scheduler import FilterScheduler
+    from scheduler.host_manager import HostManager
+
+    with tempfile.TemporaryDirectory(prefix="berth-sim-") as tmp, \
+            config_overrides(conf, data.get("config")):
+        db = Database(f"sqlite:///{os.path.join(tmp, 'sim.sqlite')}")
+        try:
+            migration.db_sync(db)
+            fleet_data = data["fleet"]
+            fleet = fleet_mod.load_fleet(fleet_data)
+            db_hosts.import_fleet(db, fleet)
+            scheduler = FilterScheduler(HostManager(db, conf), conf)
+            runner = _Runner(db, scheduler, fleet_data)
+            steps = data["steps"]
+            if not isinstance(steps, list):
+                raise ScenarioError("steps: expected a list")
+            results = [runner.run_step(i, step) for i, step in enumerate(steps)]
+        finally:
+            db.dispose()
+    return ScenarioResult(description=data.get("description", ""), steps=results)
+
+
+class _Runner:
+    def __init__(self, db: Database, scheduler, fleet_data: dict) -> None:
+        self.db = db
+        self.scheduler = scheduler
+        self.hosts_data = {h["host"]: dict(h) for h in fleet_data.get("hosts", [])}
+        self.placed: dict[str, str] = {}     # instance uuid -> host
+
+    def run_step(self, index: int, step: Any) -> StepResult:
+        if not isinstance(step, dict):
+            raise ScenarioError(f"steps[{index}]: expected a mapping")
+        kinds = [k for k in _STEP_KINDS if k in step]
+        if len(kinds) != 1:
+            raise ScenarioError(f"steps[{index}]: exactly one of {', '.join(_STEP_KINDS)} "
+                                f"is required")
+        kind = kinds[0]
+        unknown = set(step) - {kind, "expect", "dry_run", "alternates", "description"}
+        if unknown:
+            raise ScenarioError(f"steps[{index}]: unknown key(s) {', '.join(sorted(unknown))}")
+        expect = step.get("expect") or {}
+        bad = set(expect) - _EXPECT_KEYS
+        if bad:
+            raise ScenarioError(f"steps[{index}].expect: unknown key(s) "
+                                f"{', '.join(sorted(bad))}")
+        result = StepResult(index=index, kind=kind, ok=True)
+        handler = getattr(self, f"_step_{kind}")
+        try:
+            handler(step[kind], step, result)
+        except (exception.NoValidHost, exception.InvalidRequest, exception.NotFound) as e:
+            result.error = type(e).__name__
+            result.message = str(e)
+        self._check_expect(expect, result)
+        self._check_invariants(result)
+        result.ok = not result.failures
+        return result
+
+    # -- steps ---------------------------------------------------------------
+    def _step_select(self, body, step, result: StepResult) -> None:
+        spec = self.scheduler.parse_request(body)
+        answers = self.scheduler.select_destinations(
+            spec, return_alternates=bool(step.get("alternates")),
+            dry_run=bool(step.get("dry_run")))
+        for per_instance in answers:
+            chosen = per_instance[0]
+            if not step.get("dry_run"):
+                self.placed[chosen.instance_uuid] = chosen.host
+            result.placements.append({
+                "instance_uuid": chosen.instance_uuid, "host": chosen.host,
+                "node": chosen.node, "weight": round(chosen.weight, 4),
+                "alternates": [s.host for s in per_instance[1:]],
+                "numa_cells": chosen.numa_cells, "pci_devices": list(chosen.pci_devices)})
+
+    def _step_release(self, body, step, result: StepResult) -> None:
+        uuid = body.get("instance_uuid") if isinstance(body, dict) else body
+        released = self.scheduler.release(uuid)
+        self.placed.pop(uuid, None)
+        result.message = "released" if released else "nothing to release"
+
+    def _step_reschedule(self, body, step, result: StepResult) -> None:
+        sels = self.scheduler.reschedule(body["instance_uuid"], body["failed_host"],
+                                         return_alternates=bool(step.get("alternates")))
+        chosen = sels[0]
+        self.placed[chosen.instance_uuid] = chosen.host
+        result.placements.append({"instance_uuid": chosen.instance_uuid, "host": chosen.host,
+                                  "node": chosen.node, "weight": round(chosen.weight, 4),
+                                  "alternates": [s.host for s in sels[1:]]})
+
+    def _step_report(self, body, step, result: StepResult) -> None:
+        from db import hosts as db_hosts
+        from scheduler import fleet as fleet_mod
+
+        body = dict(body)
+        name = body.get("host")
+        if name not in self.hosts_data:
+            raise ScenarioError(f"report: unknown host {name!r}")
+        age = body.pop("heartbeat_age", None)
+        merged = dict(self.hosts_data[name])
+        merged.update(body)
+        rec = fleet_mod.parse_host(merged)
+        with self.db.writer() as session:
+            db_hosts.upsert_host(session, rec)
+        self.hosts_data[name] = merged
+        if age is not None:
+            seen = models.utcnow() - datetime.timedelta(seconds=float(age))
+            svc = models.Service.__table__
+            with self.db.writer_connection() as conn:
+                conn.execute(sa.update(svc).where(svc.c.host == name)
+                             .values(last_seen_up=seen, updated_at=models.utcnow()))
+            # Heartbeats are read on an interval; a scenario wants it now.
+            self.scheduler.host_manager._heartbeat_read_at = 0.0
+        result.message = f"reported {name}"
+
+    def _step_expect_usage(self, body, step, result: StepResult) -> None:
+        usage = node_usage(self.db)
+        for host, counters in (body or {}).items():
+            have = usage.get(host)
+            if have is None:
+                result.failures.append(f"expect_usage: unknown host {host}")
+                continue
+            for counter, want in counters.items():
+                if counter not in USAGE_COUNTERS:
+                    raise ScenarioError(f"expect_usage.{host}.{counter}: unknown counter")
+                if have[counter] != want:
+                    result.failures.append(
+                        f"expect_usage: {host} {counter} is {have[counter]}, expected {want}")
+
+    # -- checks --------------------------------------------------------------
+    def _check_expect(self, expect: Mapping, result: StepResult) -> None:
+        fails = result.failures
+        want_error = expect.get("error")
+        if want_error:
+            if result.error != want_error:
+                fails.append(f"expected error {want_error}, got "
+                             f"{result.error or 'success'}")
+        elif result.error:
+            fails.append(f"unexpected {result.error}: {result.message}")
+        if "reason_contains" in expect and expect["reason_contains"] not in result.message:
+            fails.append(f"reason does not contain {expect['reason_contains']!r}: "
+                         f"{result.message}")
+        chosen = [p["host"] for p in result.placements]
+        if "hosts" in expect and chosen != list(expect["hosts"]):
+            fails.append(f"hosts: expected {expect['hosts']}, got {chosen}")
+        if "host_in" in expect and not all(h in expect["host_in"] for h in chosen):
+            fails.append(f"host_in: {chosen} not all in {expect['host_in']}")
+        if "host_in" in expect and not chosen:
+            fails.append("host_in: nothing was placed")
+        if "not_hosts" in expect and any(h in expect["not_hosts"] for h in chosen):
+            fails.append(f"not_hosts: {chosen} uses one of {expect['not_hosts']}")
+        if expect.get("hosts_distinct") and len(set(chosen)) != len(chosen):
+            fails.append(f"hosts_distinct: {chosen}")
+        if expect.get("hosts_same") and len(set(chosen)) > 1:
+            fails.append(f"hosts_same: {chosen}")
+        if "same_host_as" in expect:
+            ref = self.placed.get(expect["same_host_as"])
+            if ref is None or any(h != ref for h in chosen) or not chosen:
+                fails.append(f"same_host_as {expect['same_host_as']} ({ref}): {chosen}")
+        if "alternates" in expect:
+            counts = [len(p["alternates"]) for p in result.placements]
+            if any(c != expect["alternates"] for c in counts):
+                fails.append(f"alternates: expected {expect['alternates']} each, got {counts}")
+
+    def _check_invariants(self, result: StepResult) -> None:
+        result.failures.extend(check_invariants(self.db))
+
+
+def node_usage(db: Database) -> dict[str, dict[str, Any]]:
+    """host -> usage counters (local_gb_used = disk_mb_used / 1024)."""
+    cn = models.ComputeNode.__table__
+    out = {}
+    with db.reader_connection() as conn:
+        for row in conn.execute(sa.select(cn).where(cn.c.deleted == 0)).mappings():
+            gb = row["disk_mb_used"] / 1024
+            out[row["host"]] = {
+                "vcpus_used": row["vcpus_used"], "memory_mb_used": row["memory_mb_used"],
+                "disk_mb_used": row["disk_mb_used"],
+                "local_gb_used": int(gb) if gb == int(gb) else gb,
+                "running_vms": row["running_vms"]}
+    return out
+
+
+def check_invariants(db: Database) -> list[str]:
+    """Usage equals the sum of allocations and stays within capacity x ratio."""
+    cn = models.ComputeNode.__table__
+    al = models.Allocation.__table__
+    failures = []
+    with db.reader_connection() as conn:
+        sums = {r[0]: r[1:] for r in conn.execute(
+            sa.select(al.c.compute_node_id, sa.func.sum(al.c.vcpus), sa.func.sum(al.c.memory_mb),
+                      sa.func.sum(al.c.disk_mb), sa.func.count(al.c.id))
+            .group_by(al.c.compute_node_id))}
+        for row in conn.execute(sa.select(cn).where(cn.c.deleted == 0)).mappings():
+            v, m, d, n = (int(x or 0) for x in sums.get(row["id"], (0, 0, 0, 0)))
+            have = (row["vcpus_used"], row["memory_mb_used"], row["disk_mb_used"],
+                    row["running_vms"])
+            if have != (v, m, d, n):
+                failures.append(f"{row['host']}: usage {have} != sum of allocations "
+                                f"{(v, m, d, n)}")
+            limits = ((row["vcpus"] - row["reserved_host_cpus"]) * row["cpu_allocation_ratio"],
+                      (row["memory_mb"] - row["reserved_host_memory_mb"])
+                      * row["ram_allocation_ratio"],
+                      (row["local_gb"] * 1024 - row["reserved_host_disk_mb"])
+                      * row["disk_allocation_ratio"])
+            for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have[:3], limits,
+                                         strict=False):
+                if used > limit:
+                    failures.append(f"{row['host']}: {name} used {used} > limit {limit}")
+    return failures
+
+
+def format_table(result: ScenarioResult) -> str:
+    lines = []
+    if result.description:
+        lines.append(result.description)
+    for s in result.steps:
+        status = "ok  " if s.ok else "FAIL"
+        if s.placements:
+            for p in s.placements:
+                alt = f"  alternates: {', '.join(p['alternates'])}" if p["alternates"] else ""
+                lines.append(f"{status} step {s.index} {s.kind}: {p['instance_uuid']} -> "
+                             f"{p['host']}{alt}")
+        else:
+            detail = f"{s.error}: {s.message}" if s.error else s.message
+            lines.append(f"{status} step {s.index} {s.kind}: {detail}")
+        for f in s.failures:
+            lines.append(f"     ! {f}")
+    lines.append("PASSED" if result.ok else "FAILED")
+    return "\n".join(lines)
+
+
+def dumps(result: ScenarioResult) -> str:
+    return json.dumps(result.to_primitive(), indent=2, sort_keys=True, default=str)
