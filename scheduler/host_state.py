@@ -225,49 +225,64 @@ class HostState:
             return f"insufficient disk: need {spec.disk_mb} MB"
         return None
 
+    def _socket_of(self) -> dict[int, int | None] | None:
+        if self.numa_topology is None:
+            return None
+        return {c.id: c.socket for c in self.numa_topology.cells}
+
+    def fit_numa(self, spec):
+        """Fit the request's guest NUMA topology (with its PCI requests) to this
+        host: a ``numa.fitting.FitResult``. Call only when spec.numa_topology."""
+        from numa import fitting
+
+        if self.numa_topology is None:
+            return fitting.FitResult(None, "host has no NUMA topology")
+        pci_check = None
+        if spec.pci_requests:
+            from pci import matching
+
+            pools, requests, socket_of = self.pci_pools, spec.pci_requests, self._socket_of()
+
+            def pci_check(host_cells):
+                return matching.supports_requests(pools, requests, numa_cells=host_cells,
+                                                  socket_of=socket_of)
+        return fitting.fit_instance_to_host(
+            self.numa_topology, spec.numa_topology,
+            limits=fitting.Limits(self.cpu_allocation_ratio, self.ram_allocation_ratio),
+            pci_check=pci_check)
+
+    def pci_reason(self, spec, numa_cells=None) -> str | None:
+        """Why the request's PCI devices can't be served here (None if they can)."""
+        from pci import matching
+
+        socket_of = self._socket_of()
+        if matching.supports_requests(self.pci_pools, spec.pci_requests,
+                                      numa_cells=numa_cells, socket_of=socket_of):
+            return None
+        return matching.explain(self.pci_pools, spec.pci_requests, numa_cells=numa_cells,
+                                socket_of=socket_of) or "PCI requests cannot be satisfied"
+
     def fit_numa_and_pci(self, spec):
         """(fitted NUMA topology | None, pci picks, reason | None) for the request."""
         fitted = None
         cells = None
-        socket_of = None
-        pci_requests = spec.pci_requests
         if spec.numa_topology is not None:
-            from numa import fitting
-
-            if self.numa_topology is None:
-                return None, (), "host has no NUMA topology"
-            pci_check = None
-            if pci_requests:
-                from pci import matching
-
-                socket_of = {c.id: c.socket for c in self.numa_topology.cells}
-                pools = self.pci_pools
-
-                def pci_check(host_cells, _p=pools, _r=pci_requests, _s=socket_of):
-                    return matching.supports_requests(_p, _r, numa_cells=host_cells,
-                                                      socket_of=_s)
-            result = fitting.fit_instance_to_host(
-                self.numa_topology, spec.numa_topology,
-                limits=fitting.Limits(self.cpu_allocation_ratio, self.ram_allocation_ratio),
-                pci_check=pci_check)
+            result = self.fit_numa(spec)
             if result.fitted is None:
                 return None, (), result.reason
             fitted = result.fitted
             cells = frozenset(c.host_cell_id for c in fitted.cells)
         picks: tuple = ()
-        if pci_requests:
+        if spec.pci_requests:
             from pci import errors as pci_errors
             from pci import matching
 
-            if socket_of is None and self.numa_topology is not None:
-                socket_of = {c.id: c.socket for c in self.numa_topology.cells}
             try:
-                _, picks = matching.apply_requests(self.pci_pools, pci_requests,
-                                                   numa_cells=cells, socket_of=socket_of)
+                _, picks = matching.apply_requests(self.pci_pools, spec.pci_requests,
+                                                   numa_cells=cells,
+                                                   socket_of=self._socket_of())
             except pci_errors.PciError:
-                reason = matching.explain(self.pci_pools, pci_requests, numa_cells=cells,
-                                          socket_of=socket_of)
-                return fitted, (), reason or "PCI requests cannot be satisfied"
+                return fitted, (), self.pci_reason(spec, cells)
         return fitted, picks, None
 
     def consume_from_request(self, spec, persist: Callable[[HostState, Consumed], Consumed]
@@ -312,10 +327,9 @@ class HostState:
             cells = None
             if consumed.numa_fitted is not None:
                 cells = frozenset(c.host_cell_id for c in consumed.numa_fitted.cells)
-            socket_of = ({c.id: c.socket for c in self.numa_topology.cells}
-                         if self.numa_topology is not None else None)
             self.pci_pools, _ = matching.apply_requests(
-                self.pci_pools, spec.pci_requests, numa_cells=cells, socket_of=socket_of)
+                self.pci_pools, spec.pci_requests, numa_cells=cells,
+                socket_of=self._socket_of())
         if consumed.generation > self.generation:
             self.generation = consumed.generation
         self.updated = utcnow()

@@ -9,6 +9,21 @@ import importlib
 
 # Each module here exposes LIST_OPTS = [(group, [opts]), ...].
 _MODULES: tuple[str, ...] = (
+    "scheduler.fleet",
+    "scheduler.filter_scheduler",
+    "scheduler.host_manager",
+    "scheduler.weights.pci",
+    "scheduler.filters.compute",
+    "scheduler.filters.io_ops",
+    "scheduler.filters.num_instances",
+    "scheduler.weights.affinity",
+    "scheduler.weights.build_failure",
+    "scheduler.weights.cpu",
+    "scheduler.weights.disk",
+    "scheduler.weights.hypervisor_version",
+    "scheduler.weights.io_ops",
+    "scheduler.weights.num_instances",
+    "scheduler.weights.ram",
 )
 
 

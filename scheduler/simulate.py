@@ -308,7 +308,32 @@ def check_invariants(db: Database) -> list[str]:
                                          strict=False):
                 if used > limit:
                     failures.append(f"{row['host']}: {name} used {used} > limit {limit}")
+            if row["numa_topology"]:
+                fitted = [r[0] for r in conn.execute(
+                    sa.select(al.c.numa_cells).where(al.c.compute_node_id == row["id"],
+                                                     al.c.numa_cells.is_not(None)))]
+                problem = _numa_usage_problem(row["numa_topology"], fitted)
+                if problem:
+                    failures.append(f"{row['host']}: {problem}")
     return failures
+
+
+def _numa_usage_problem(host_json: str, fitted_jsons: list[str]) -> str | None:
+    """NUMA usage on the node must equal the sum of its allocations' fitted cells."""
+    from numa import usage
+    from numa.topology import FittedTopology, HostTopology
+
+    stored = json.loads(host_json)
+    empty = {**stored, "cells": [
+        {**c, "cpu_usage": 0, "memory_usage": 0, "pinned_cpus": [],
+         "mempages": [{**m, "used": 0} for m in c.get("mempages", [])]}
+        for c in stored["cells"]]}
+    expected = HostTopology.from_primitive(empty)
+    for text in fitted_jsons:
+        expected = usage.apply_usage(expected, FittedTopology.from_primitive(json.loads(text)))
+    if expected != HostTopology.from_primitive(stored):
+        return "NUMA usage differs from the sum of its allocations"
+    return None
 
 
 def format_table(result: ScenarioResult) -> str:

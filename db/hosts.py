@@ -1,0 +1,427 @@
+"""Compute nodes: fleet import, host reports, listing and deletion.
+
+Writes here change what a host *is* (capacity, ratios, topology, devices); they
+never touch what the scheduler handed out (usage counters, allocations, claimed
+devices). Every change to a node bumps its ``generation`` (claims are
+compare-and-swap on it) and its ``updated_at`` (caches refresh changed rows).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import uuid as uuidlib
+from typing import Any
+
+import sqlalchemy as sa
+from oslo_log import log as logging
+from sqlalchemy.orm import Session
+
+from db import aggregates as db_aggregates
+from db import models
+from db import pci as db_pci
+from db.api import Database, retry_on_deadlock
+from pci import device as pci_device
+from pci.report import ReportPlan
+from scheduler import exception
+from scheduler.fleet import NUMA_CELL_LAYOUT_KEYS, Fleet, HostRecord
+
+LOG = logging.getLogger(__name__)
+
+COMPUTE_BINARY = "berth-compute"
+
+# HostRecord fields stored as plain columns, and those stored as JSON text.
+_PLAIN_FIELDS = ("host", "vcpus", "memory_mb", "local_gb", "cpu_allocation_ratio",
+                 "ram_allocation_ratio", "disk_allocation_ratio", "reserved_host_memory_mb",
+                 "reserved_host_disk_mb", "reserved_host_cpus", "hypervisor_type",
+                 "hypervisor_version", "host_ip", "disabled", "disabled_reason")
+_JSON_FIELDS = ("cpu_info", "supported_instances", "numa_topology", "stats", "metrics")
+_MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total"})
+
+
+@dataclasses.dataclass
+class ImportResult:
+    """What a fleet import did, by host and aggregate name."""
+
+    created: list[str] = dataclasses.field(default_factory=list)
+    updated: list[str] = dataclasses.field(default_factory=list)
+    unchanged: list[str] = dataclasses.field(default_factory=list)
+    aggregates_created: list[str] = dataclasses.field(default_factory=list)
+    aggregates_updated: list[str] = dataclasses.field(default_factory=list)
+    aggregates_unchanged: list[str] = dataclasses.field(default_factory=list)
+    # host -> the PCI report plan applied (only hosts whose devices changed)
+    pci: dict[str, ReportPlan] = dataclasses.field(default_factory=dict)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"hosts: {len(self.created)} created, {len(self.updated)} updated, "
+                f"{len(self.unchanged)} unchanged; aggregates: "
+                f"{len(self.aggregates_created)} created, {len(self.aggregates_updated)} "
+                f"updated, {len(self.aggregates_unchanged)} unchanged")
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+# -- NUMA usage survives a re-import ------------------------------------------------------
+
+def _has_usage(value: Any) -> bool:
+    """Non-zero counters, non-empty lists (e.g. pinned CPUs), recursively."""
+    if isinstance(value, dict):
+        return any(_has_usage(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return len(value) > 0
+    return bool(value)
+
+
+def _cell_usage(cell: dict) -> dict:
+    usage = {k: v for k, v in cell.items() if k not in NUMA_CELL_LAYOUT_KEYS}
+    pages = {p.get("size_kb"): {k: v for k, v in p.items() if k not in _MEMPAGE_LAYOUT_KEYS}
+             for p in cell.get("mempages") or []}
+    return {"cell": usage, "pages": {s: u for s, u in pages.items() if u}}
+
+
+def merge_numa_usage(host: str, old: dict | None, new: dict | None) -> dict | None:
+    """The new topology layout carrying the old topology's usage.
+
+    Usage is every cell (and hugepage) field that is not part of the fleet layout.
+    It is kept when the cells are the same (ids and CPUs; memory may change). A
+    different layout is accepted only while the old one has no usage: otherwise
+    placed instances would lose their pinned CPUs, so this raises Conflict.
+    """
+    if not old or not old.get("cells"):
+        return new
+    old_cells = {c.get("id"): c for c in old["cells"]}
+    new_cells = {c.get("id"): c for c in (new or {}).get("cells", [])}
+    compatible = old_cells.keys() == new_cells.keys() and all(
+        sorted(old_cells[i].get(k) or []) == sorted(new_cells[i].get(k) or [])
+        for i in old_cells for k in ("cpuset", "pcpuset"))
+    if not compatible:
+        used = [i for i, c in old_cells.items() if _has_usage(_cell_usage(c))]
+        if used:
+            raise exception.Conflict(
+                f"host {host}: numa_topology: the cells or their CPUs changed while "
+                f"cell(s) {', '.join(map(str, sorted(used)))} are in use; release or "
+                f"delete the allocations first",
+                reason="NUMA layout changed while in use")
+        return new
+    merged_cells = []
+    for cell in new["cells"]:
+        usage = _cell_usage(old_cells[cell.get("id")])
+        merged = {**cell, **usage["cell"]}
+        if usage["pages"]:
+            merged["mempages"] = [{**p, **usage["pages"].get(p.get("size_kb"), {})}
+                                  for p in cell.get("mempages") or []]
+        merged_cells.append(merged)
+    return {**new, "cells": merged_cells}
+
+
+# -- writes -------------------------------------------------------------------------------
+
+def _record_values(rec: HostRecord) -> dict[str, Any]:
+    values = {f: getattr(rec, f) for f in _PLAIN_FIELDS}
+    values["hypervisor_hostname"] = rec.node
+    for f in _JSON_FIELDS:
+        values[f] = getattr(rec, f)
+    return values
+
+
+def _touch_service(session: Session, host: str, now: datetime.datetime) -> None:
+    svc = session.scalars(sa.select(models.Service).where(
+        models.Service.host == host, models.Service.binary == COMPUTE_BINARY)).first()
+    if svc is None:
+        session.add(models.Service(host=host, binary=COMPUTE_BINARY, last_seen_up=now,
+                                   report_count=1, created_at=now, updated_at=now))
+    else:
+        svc.last_seen_up = now
+        svc.report_count = models.Service.report_count + 1
+        svc.updated_at = now
+    session.flush()
+
+
+def _upsert(session: Session, rec: HostRecord, now: datetime.datetime
+            ) -> tuple[int, str, ReportPlan | None]:
+    """Write one node; returns (node id, created|updated|unchanged, PCI report)."""
+    node = session.scalars(
+        sa.select(models.ComputeNode)
+        .where(models.ComputeNode.hypervisor_hostname == rec.node,
+               models.ComputeNode.deleted == 0)
+        .with_for_update()).first()
+    values = _record_values(rec)
+    if node is None:
+        node = models.ComputeNode(uuid=str(uuidlib.uuid4()), generation=0, created_at=now,
+                                  updated_at=now, **{k: (_dumps(v) if k in _JSON_FIELDS else v)
+                                                     for k, v in values.items()})
+        session.add(node)
+        session.flush()
+        status = "created"
+    else:
+        values["numa_topology"] = merge_numa_usage(rec.host, _loads(node.numa_topology),
+                                                   values["numa_topology"])
+        changed = False
+        for key, value in values.items():
+            current = getattr(node, key)
+            if key in _JSON_FIELDS:
+                if _loads(current) != value:
+                    setattr(node, key, _dumps(value))
+                    changed = True
+            elif current != value:
+                setattr(node, key, value)
+                changed = True
+        status = "updated" if changed else "unchanged"
+    report = None
+    if rec.pci_devices is not None:
+        report = db_pci.report_devices(session.connection(), node.id, rec.pci_devices,
+                                       bump_generation=False)
+        for warning in report.warnings:
+            LOG.warning("Host %s: %s", rec.host, warning)
+        if status == "unchanged" and not report.empty:
+            status = "updated"
+    if status == "updated":
+        node.generation = models.ComputeNode.generation + 1
+        node.updated_at = now
+    session.flush()
+    _touch_service(session, rec.host, now)
+    return node.id, status, report
+
+
+def upsert_host(session: Session, rec: HostRecord) -> int:
+    """Create or update one node from its record, inside the caller's transaction.
+
+    Updates capacity, ratios, topology (keeping NUMA usage) and description;
+    reports the PCI devices when ``rec.pci_devices`` is not None; records a
+    heartbeat for the host. Usage counters and allocations are left alone.
+    Returns the node id.
+    """
+    node_id, _status, _report = _upsert(session, rec, models.utcnow())
+    return node_id
+
+
+@retry_on_deadlock
+def import_fleet(db: Database, fleet: Fleet) -> ImportResult:
+    """Write a validated fleet in one transaction; idempotent.
+
+    Hosts in the file are created or updated (a host without ``pci_devices``
+    has none); hosts not in the file are left alone. Aggregates in the file are
+    made exactly as described (hosts, zone, metadata); others are left alone.
+    """
+    result = ImportResult()
+    with db.writer() as session:
+        now = models.utcnow()
+        for rec in fleet.hosts:
+            if rec.pci_devices is None:
+                rec = dataclasses.replace(rec, pci_devices=[])
+            _node_id, status, report = _upsert(session, rec, now)
+            getattr(result, status).append(rec.host)
+            if report is not None and not report.empty:
+                result.pci[rec.host] = report
+            if report is not None:
+                result.warnings += [f"{rec.host}: {w}" for w in report.warnings]
+        touched_hosts: set[str] = set()
+        for agg in fleet.aggregates:
+            old_hosts = set()
+            existing = session.scalars(sa.select(models.Aggregate.id).where(
+                models.Aggregate.name == agg.name, models.Aggregate.deleted == 0)).first()
+            if existing is not None:
+                old_hosts = set(session.scalars(sa.select(models.AggregateHost.host).where(
+                    models.AggregateHost.aggregate_id == existing)))
+            status = db_aggregates.sync_in_session(session, agg.name, agg.availability_zone,
+                                                   agg.hosts, agg.metadata)
+            getattr(result, f"aggregates_{status}").append(agg.name)
+            touched_hosts |= old_hosts | set(agg.hosts)
+        db_aggregates.check_zones(session, touched_hosts)
+    LOG.info("Fleet imported: %s", result.summary())
+    return result
+
+
+@retry_on_deadlock
+def heartbeat(db: Database, host: str) -> None:
+    """Record that ``host`` is up (its ``berth-compute`` service row)."""
+    with db.writer() as session:
+        _nodes_of(session, host)
+        _touch_service(session, host, models.utcnow())
+
+
+@retry_on_deadlock
+def delete_host(db: Database, name: str, force: bool = False) -> dict:
+    """Soft-delete a host's nodes (by host or node name).
+
+    Refuses with Conflict while allocations or in-use PCI devices exist, unless
+    ``force``: then those allocations are deleted too. The node's devices are
+    always deleted, and the host leaves its aggregates.
+    """
+    with db.writer() as session:
+        nodes = _nodes_of(session, name, for_update=True)
+        ids = [n.id for n in nodes]
+        node_names = [n.hypervisor_hostname for n in nodes]
+        hosts = sorted({n.host for n in nodes})
+        allocations = session.scalar(sa.select(sa.func.count()).where(
+            models.Allocation.compute_node_id.in_(ids)))
+        in_use = session.scalar(sa.select(sa.func.count()).where(
+            models.PciDevice.compute_node_id.in_(ids),
+            models.PciDevice.status.in_(tuple(pci_device.IN_USE))))
+        if (allocations or in_use) and not force:
+            raise exception.Conflict(
+                f"host {name} has {allocations} allocation(s) and {in_use} PCI device(s) in "
+                f"use; release them first or force the delete",
+                reason=f"host {name} has allocations")
+        session.execute(sa.delete(models.Allocation).where(
+            models.Allocation.compute_node_id.in_(ids)))
+        devices = session.execute(sa.delete(models.PciDevice).where(
+            models.PciDevice.compute_node_id.in_(ids))).rowcount
+        now = models.utcnow()
+        for node in nodes:
+            node.deleted = node.id
+            node.deleted_at = now
+            node.updated_at = now
+            node.generation = models.ComputeNode.generation + 1
+        session.flush()
+        left = []
+        for host in hosts:
+            remaining = session.scalar(sa.select(sa.func.count()).where(
+                models.ComputeNode.host == host, models.ComputeNode.deleted == 0))
+            if not remaining:
+                left += db_aggregates.remove_host_everywhere(session, host)
+                session.execute(sa.delete(models.Service).where(models.Service.host == host))
+    LOG.info("Deleted host %s (nodes %s, %d allocation(s), %d PCI device(s))",
+             name, ", ".join(node_names), allocations, devices)
+    return {"host": name, "nodes": node_names,
+            "allocations_deleted": allocations, "pci_devices_deleted": devices,
+            "aggregates_left": sorted(set(left))}
+
+
+# -- reads --------------------------------------------------------------------------------
+
+def _nodes_of(session: Session, name: str, for_update: bool = False
+              ) -> list[models.ComputeNode]:
+    """Live nodes named ``name`` (node name first, then host name); NotFound if none."""
+    for column in (models.ComputeNode.hypervisor_hostname, models.ComputeNode.host):
+        q = (sa.select(models.ComputeNode)
+             .where(column == name, models.ComputeNode.deleted == 0)
+             .order_by(models.ComputeNode.hypervisor_hostname))
+        if for_update:
+            q = q.with_for_update()
+        nodes = list(session.scalars(q))
+        if nodes:
+            return nodes
+    raise exception.NotFound(kind="Host", name=name)
+
+
+def _free(node: models.ComputeNode) -> dict[str, float]:
+    """Room left: (capacity - reserved) * ratio - used, as placement counts it."""
+    vcpus = (node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio
+    ram = (node.memory_mb - node.reserved_host_memory_mb) * node.ram_allocation_ratio
+    disk_mb = (node.local_gb * 1024 - node.reserved_host_disk_mb) * node.disk_allocation_ratio
+    return {"vcpus": _num(vcpus - node.vcpus_used),
+            "memory_mb": _num(ram - node.memory_mb_used),
+            "local_gb": _num((disk_mb - node.disk_mb_used) / 1024)}
+
+
+def _num(value: float) -> float | int:
+    value = round(value, 2)
+    return int(value) if value == int(value) else value
+
+
+def _context(session: Session, node_ids: list[int], hosts: list[str]) -> dict[str, Any]:
+    """Aggregates, zones, PCI counts, allocation counts and heartbeats, one query each."""
+    aggs: dict[str, list[str]] = {}
+    zones: dict[str, str] = {}
+    if hosts:
+        rows = session.execute(
+            sa.select(models.AggregateHost.host, models.Aggregate.name,
+                      models.AggregateMetadata.value)
+            .join(models.Aggregate, models.Aggregate.id == models.AggregateHost.aggregate_id)
+            .outerjoin(models.AggregateMetadata, sa.and_(
+                models.AggregateMetadata.aggregate_id == models.Aggregate.id,
+                models.AggregateMetadata.key == db_aggregates.AZ_KEY))
+            .where(models.Aggregate.deleted == 0, models.AggregateHost.host.in_(hosts))
+            .order_by(models.Aggregate.name))
+        for host, agg, zone in rows.tuples():
+            aggs.setdefault(host, []).append(agg)
+            if zone:
+                zones[host] = zone
+    pci: dict[int, dict[str, int]] = {}
+    allocs: dict[int, int] = {}
+    if node_ids:
+        rows = session.execute(
+            sa.select(models.PciDevice.compute_node_id, models.PciDevice.status,
+                      sa.func.count())
+            .where(models.PciDevice.compute_node_id.in_(node_ids))
+            .group_by(models.PciDevice.compute_node_id, models.PciDevice.status))
+        for node_id, status, count in rows.tuples():
+            if status != pci_device.REMOVED:
+                pci.setdefault(node_id, {})[status] = count
+        allocs = dict(session.execute(
+            sa.select(models.Allocation.compute_node_id, sa.func.count())
+            .where(models.Allocation.compute_node_id.in_(node_ids))
+            .group_by(models.Allocation.compute_node_id)).tuples().all())
+    seen = dict(session.execute(
+        sa.select(models.Service.host, models.Service.last_seen_up)
+        .where(models.Service.binary == COMPUTE_BINARY,
+               models.Service.host.in_(hosts))).tuples().all()) if hosts else {}
+    return {"aggregates": aggs, "zones": zones, "pci": pci, "allocations": allocs,
+            "seen": seen}
+
+
+def _summary(node: models.ComputeNode, ctx: dict[str, Any]) -> dict[str, Any]:
+    pci = ctx["pci"].get(node.id, {})
+    seen = ctx["seen"].get(node.host)
+    return {
+        "host": node.host, "node": node.hypervisor_hostname, "uuid": node.uuid,
+        "vcpus": node.vcpus, "vcpus_used": node.vcpus_used,
+        "memory_mb": node.memory_mb, "memory_mb_used": node.memory_mb_used,
+        "local_gb": node.local_gb, "local_gb_used": _num(node.disk_mb_used / 1024),
+        "running_vms": node.running_vms,
+        "cpu_allocation_ratio": node.cpu_allocation_ratio,
+        "ram_allocation_ratio": node.ram_allocation_ratio,
+        "disk_allocation_ratio": node.disk_allocation_ratio,
+        "reserved_host_cpus": node.reserved_host_cpus,
+        "reserved_host_memory_mb": node.reserved_host_memory_mb,
+        "reserved_host_disk_mb": node.reserved_host_disk_mb,
+        "free": _free(node),
+        "disabled": node.disabled, "disabled_reason": node.disabled_reason,
+        "availability_zone": ctx["zones"].get(node.host),
+        "aggregates": ctx["aggregates"].get(node.host, []),
+        "numa_cells": len((_loads(node.numa_topology) or {}).get("cells", [])),
+        "pci_devices": {"total": sum(pci.values()), "available": pci.get("available", 0),
+                        "by_status": dict(sorted(pci.items()))},
+        "allocations": ctx["allocations"].get(node.id, 0),
+        "last_seen_up": seen.isoformat() if seen else None,
+        "generation": node.generation,
+        "updated_at": node.updated_at.isoformat(),
+    }
+
+
+def list_hosts(db: Database) -> list[dict]:
+    """Every live node with capacity, usage, free room, zone, aggregates and counts."""
+    with db.reader() as session:
+        nodes = list(session.scalars(
+            sa.select(models.ComputeNode).where(models.ComputeNode.deleted == 0)
+            .order_by(models.ComputeNode.host, models.ComputeNode.hypervisor_hostname)))
+        ctx = _context(session, [n.id for n in nodes], sorted({n.host for n in nodes}))
+        return [_summary(n, ctx) for n in nodes]
+
+
+def get_host(db: Database, name: str) -> dict:
+    """One node (by node or host name) in full: the summary plus description and NUMA."""
+    with db.reader() as session:
+        node = _nodes_of(session, name)[0]
+        out = _summary(node, _context(session, [node.id], [node.host]))
+        out.update({
+            "hypervisor_type": node.hypervisor_type,
+            "hypervisor_version": node.hypervisor_version,
+            "host_ip": node.host_ip,
+            "cpu_info": _loads(node.cpu_info),
+            "supported_instances": _loads(node.supported_instances),
+            "stats": _loads(node.stats) or {},
+            "metrics": _loads(node.metrics) or {},
+            "numa_topology": _loads(node.numa_topology),
+            "current_workload": node.current_workload,
+            "created_at": node.created_at.isoformat(),
+        })
+        return out

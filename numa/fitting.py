@@ -1,0 +1,407 @@
+"""Fit a guest NUMA topology onto a host's: which host cell takes each guest cell, which
+host CPUs the pinned vCPUs get, which page size the memory comes in.
+
+Rules, per guest cell on one host cell:
+
+- memory without a page size request: ``memory_usage + memory_mb`` within
+  ``memory_mb * ram_allocation_ratio`` (a ratio above 1 does not apply to guests with
+  pinned vCPUs: they never over-commit memory), and never more than the cell has;
+- with a page size request: enough free pages (``total - used - reserved``) of the chosen
+  size; ``small`` is the host's smallest size, ``large`` any other (largest first),
+  ``any`` every size (largest first), a number exactly that size;
+- floating vCPUs: ``cpu_usage + n`` within ``len(cpuset) * cpu_allocation_ratio``, and no
+  more than ``len(cpuset)``;
+- pinned vCPUs (plus one CPU for isolated emulator threads on the first guest cell's host
+  cell) on free pCPUs by thread policy: ``prefer`` (default) any free pCPUs, siblings
+  first; ``isolate`` one entirely free core per vCPU, its other threads left idle;
+  ``require`` entirely free cores with two or more threads, all filled except the last.
+
+A multi-cell guest takes distinct host cells. The search is a depth-first assignment in
+pack/spread order, pruned by a bipartite matching check on the cells still to place and
+memoised on (guest cell, host cells used), so it never walks all permutations.
+``limits=None`` means ratios of 1.0 (no over-commit).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from numa.topology import (
+    ISOLATE,
+    PAGES_ANY,
+    PAGES_LARGE,
+    PAGES_SMALL,
+    REQUIRE,
+    FittedCell,
+    FittedTopology,
+    HostCell,
+    HostTopology,
+    InstanceCell,
+    InstanceTopology,
+)
+
+PACK = "pack"
+SPREAD = "spread"
+STRATEGIES = (PACK, SPREAD)
+
+PciCheck = Callable[[frozenset[int]], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Over-commit ratios applied per host cell (floating vCPUs and plain memory)."""
+
+    cpu_allocation_ratio: float = 1.0
+    ram_allocation_ratio: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """The fitted topology, or None and a short human-readable ``reason``."""
+
+    fitted: FittedTopology | None
+    reason: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.fitted is not None
+
+
+class _Miss(NamedTuple):
+    """A guest cell does not fit a host cell: how far the checks got (``stage``) and by
+    how much it missed (``slack``, higher is closer), to report the most telling reason."""
+
+    stage: int
+    slack: float
+    reason: str
+
+
+_STAGE_MEMORY, _STAGE_SHARED, _STAGE_PINNED = 1, 2, 3
+_EMULATOR_NOTE = " (incl. 1 for emulator threads)"
+
+
+def fit_instance_to_host(host: HostTopology, instance: InstanceTopology,
+                         limits: Limits | None = None, pci_requests: Any = None,
+                         pci_pools: Any = None, pci_check: PciCheck | None = None,
+                         strategy: str = PACK) -> FitResult:
+    """Place ``instance`` on ``host``; neither is modified.
+
+    ``pci_check(host_cell_ids)`` (optional) accepts or refuses a candidate set of host
+    cells for the PCI requests; when it is not given but ``pci_requests`` and
+    ``pci_pools`` are, ``pci.matching.supports_requests`` is used. ``strategy`` ``pack``
+    tries the busiest host cells first, ``spread`` the emptiest.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    limits = limits or Limits()
+    if pci_check is None and pci_requests:
+        pci_check = _pci_check_from_pools(host, pci_requests, pci_pools)
+    guests = instance.cells
+    if len(guests) > len(host.cells):
+        return FitResult(None, f"guest has {len(guests)} cells, host has {len(host.cells)}")
+    order = _host_cell_order(host, instance, limits, strategy)
+    reserve = 1 if instance.emulator_threads_isolated else 0
+
+    if len(guests) == 1:
+        return _fit_single(host, instance, order, limits, reserve, pci_check)
+
+    # Which host cells each guest cell fits, in preference order.
+    fits: list[dict[int, FittedCell]] = []
+    for index, guest in enumerate(guests):
+        row: dict[int, FittedCell] = {}
+        best: _Miss | None = None
+        for j in order:
+            result = _fit_cell(host.cells[j], guest, limits, reserve if index == 0 else 0)
+            if isinstance(result, FittedCell):
+                row[j] = result
+            elif best is None or result[:2] > best[:2]:
+                best = result
+        if not row:
+            return FitResult(None, f"guest cell {guest.id}: {best.reason}")
+        fits.append(row)
+    candidates = [list(row) for row in fits]
+    if not _can_match(candidates, 0, 0):
+        return FitResult(None, "guest cells do not fit on distinct host cells")
+
+    search = _Search(host, candidates, pci_check)
+    chosen = search.run()
+    if chosen is None:
+        if search.gave_up:
+            return FitResult(None, "PCI requests: no set of host cells found within the "
+                                   "search limit")
+        return FitResult(None, "PCI requests cannot be satisfied on the host cells that fit")
+    cells = tuple(fits[i][j] for i, j in enumerate(chosen))
+    return FitResult(FittedTopology(cells, instance.emulator_threads_policy))
+
+
+def _fit_single(host: HostTopology, instance: InstanceTopology, order: list[int],
+                limits: Limits, reserve: int, pci_check: PciCheck | None) -> FitResult:
+    """The common case: one guest cell, first host cell in order that fits."""
+    guest = instance.cells[0]
+    best: _Miss | None = None
+    pci_refused = False
+    for j in order:
+        result = _fit_cell(host.cells[j], guest, limits, reserve)
+        if isinstance(result, FittedCell):
+            if pci_check is None or pci_check(frozenset((host.cells[j].id,))):
+                return FitResult(FittedTopology((result,), instance.emulator_threads_policy))
+            pci_refused = True
+        elif best is None or result[:2] > best[:2]:
+            best = result
+    if pci_refused:
+        return FitResult(None, "PCI requests cannot be satisfied on the host cells that fit")
+    return FitResult(None, best.reason)
+
+
+class _Search:
+    """Depth-first assignment of guest cells to distinct host cells, in preference
+    order, pruned by a matching check and memoised on (guest cell, host cells used).
+
+    Without PCI the matching check means it never backtracks. With PCI, ``pci_check``
+    is taken to be monotone (a superset of accepted host cells is accepted, as for every
+    PCI NUMA policy): cells every accepted set needs are tried first, a branch whose
+    cells plus all still reachable ones are refused is cut, and at most ``MAX_NODES``
+    branches are walked before giving up.
+    """
+
+    MAX_NODES = 2000
+
+    def __init__(self, host: HostTopology, candidates: list[list[int]],
+                 pci_check: PciCheck | None) -> None:
+        self.host = host
+        self.candidates = candidates
+        self.pci_check = pci_check
+        self.dead: set[tuple[int, int]] = set()
+        self.pci_answers: dict[int, bool] = {}
+        self.nodes = 0
+        self.gave_up = False
+
+    def run(self) -> list[int] | None:
+        if self.pci_check is not None:
+            reachable = 0
+            for row in self.candidates:
+                for j in row:
+                    reachable |= 1 << j
+            if not self._pci_ok(reachable):
+                return None
+            needed = {j for j in range(len(self.host.cells))
+                      if reachable >> j & 1 and not self._pci_ok(reachable & ~(1 << j))}
+            if needed:
+                self.candidates = [sorted(row, key=lambda j: j not in needed)
+                                   for row in self.candidates]
+        return self._place(0, 0, [])
+
+    def _place(self, index: int, used: int, chosen: list[int]) -> list[int] | None:
+        if index == len(self.candidates):
+            return chosen if self._pci_ok(used) else None
+        if (index, used) in self.dead or self.gave_up:
+            return None
+        self.nodes += 1
+        if self.nodes > self.MAX_NODES:
+            self.gave_up = True
+            return None
+        if self.pci_check is not None and index:
+            reachable = used
+            for row in self.candidates[index:]:
+                for j in row:
+                    reachable |= 1 << j
+            if not self._pci_ok(reachable):
+                self.dead.add((index, used))
+                return None
+        for j in self.candidates[index]:
+            bit = 1 << j
+            if used & bit or not _can_match(self.candidates, index + 1, used | bit):
+                continue
+            found = self._place(index + 1, used | bit, chosen + [j])
+            if found is not None:
+                return found
+        if not self.gave_up:
+            self.dead.add((index, used))
+        return None
+
+    def _pci_ok(self, cells: int) -> bool:
+        """``pci_check`` on the host cell ids at the positions set in ``cells``."""
+        if self.pci_check is None:
+            return True
+        if cells not in self.pci_answers:
+            ids = frozenset(cell.id for j, cell in enumerate(self.host.cells) if cells >> j & 1)
+            self.pci_answers[cells] = bool(self.pci_check(ids))
+        return self.pci_answers[cells]
+
+
+def _can_match(candidates: list[list[int]], start: int, used: int) -> bool:
+    """Can guest cells ``start..`` each get a distinct host cell outside ``used``?
+    (Kuhn's augmenting paths; a handful of cells, so this is cheap.)"""
+    owner: dict[int, int] = {}
+
+    def augment(index: int, seen: set[int]) -> bool:
+        for j in candidates[index]:
+            if used >> j & 1 or j in seen:
+                continue
+            seen.add(j)
+            if j not in owner or augment(owner[j], seen):
+                owner[j] = index
+                return True
+        return False
+
+    return all(augment(index, set()) for index in range(start, len(candidates)))
+
+
+def _host_cell_order(host: HostTopology, instance: InstanceTopology, limits: Limits,
+                     strategy: str) -> list[int]:
+    """Host cell positions, busiest first (pack) or emptiest first (spread), measured on
+    the resource the guest cares about most; ties by cell id."""
+    pinned = any(cell.pcpuset for cell in instance.cells)
+
+    def room(cell: HostCell) -> tuple[float, float]:
+        free_memory = cell.memory_mb - cell.memory_usage
+        if pinned:
+            return (len(cell.free_pcpus), free_memory)
+        return (len(cell.cpuset) * limits.cpu_allocation_ratio - cell.cpu_usage, free_memory)
+
+    sign = 1 if strategy == PACK else -1
+    keyed = []
+    for j, cell in enumerate(host.cells):
+        first, second = room(cell)
+        keyed.append(((sign * first, sign * second, cell.id), j))
+    return [j for _, j in sorted(keyed)]
+
+
+# -- one guest cell on one host cell ------------------------------------------------------
+
+def _fit_cell(host: HostCell, guest: InstanceCell, limits: Limits,
+              reserve: int) -> FittedCell | _Miss:
+    pagesize = _fit_memory(host, guest, limits)
+    if isinstance(pagesize, _Miss):
+        return pagesize
+
+    shared = len(guest.cpuset)
+    if shared:
+        capacity = len(host.cpuset)
+        headroom = capacity * limits.cpu_allocation_ratio - host.cpu_usage
+        if shared > capacity or shared > headroom:
+            return _Miss(_STAGE_SHARED, min(capacity, headroom) - shared,
+                         f"no host cell with {shared} free shared CPUs")
+
+    pinning: dict[int, int] = {}
+    reserved: frozenset[int] = frozenset()
+    isolated: frozenset[int] = frozenset()
+    wanted = len(guest.pcpuset) + reserve
+    if wanted:
+        picked = _pick_pcpus(host, wanted, guest.cpu_thread_policy, reserve)
+        if isinstance(picked, _Miss):
+            return picked
+        cpus, isolated = picked
+        vcpus = sorted(guest.pcpuset)
+        pinning = dict(zip(vcpus, cpus[:len(vcpus)], strict=True))
+        reserved = frozenset(cpus[len(vcpus):])
+    return FittedCell(id=guest.id, host_cell_id=host.id, cpu_pinning=pinning,
+                      pagesize_kb=pagesize, cpuset_reserved=reserved,
+                      memory_mb=guest.memory_mb, shared_cpus=shared,
+                      cpuset_isolated=isolated)
+
+
+def _fit_memory(host: HostCell, guest: InstanceCell, limits: Limits) -> int | None | _Miss:
+    """The page size the guest cell's memory is taken in (None: plain memory)."""
+    request = guest.pagesize
+    sizes = sorted(page.size_kb for page in host.mempages)
+    if request is None or (not sizes and request in (PAGES_SMALL, PAGES_ANY)):
+        ratio = limits.ram_allocation_ratio
+        if guest.pcpuset:
+            ratio = min(ratio, 1.0)
+        room = host.memory_mb * ratio - host.memory_usage
+        if guest.memory_mb > min(room, host.memory_mb):
+            return _Miss(_STAGE_MEMORY, room - guest.memory_mb,
+                         f"no host cell with {guest.memory_mb} MB free memory")
+        return None
+    if request == PAGES_SMALL:
+        candidates = sizes[:1]
+    elif request == PAGES_LARGE:
+        candidates = sizes[1:][::-1]
+        if not candidates:
+            return _Miss(_STAGE_MEMORY, -guest.memory_mb, "host has no large pages")
+    elif request == PAGES_ANY:
+        candidates = sizes[::-1]
+    else:
+        if request not in sizes:
+            return _Miss(_STAGE_MEMORY, -guest.memory_mb, f"host has no {request} KiB pages")
+        candidates = [request]
+    memory_kb = guest.memory_mb * 1024
+    for size in candidates:
+        page = host.mempage(size)
+        if memory_kb % size == 0 and memory_kb // size <= page.free:
+            return size
+    if len(candidates) == 1:
+        size = candidates[0]
+        if memory_kb % size:
+            return _Miss(_STAGE_MEMORY, -guest.memory_mb,
+                         f"{size} KiB pages: {guest.memory_mb} MB is not a whole number of pages")
+        need, free = memory_kb // size, host.mempage(size).free
+        return _Miss(_STAGE_MEMORY, (free - need) * size / 1024,
+                     f"{size} KiB pages: need {need}, {free} free")
+    most_free = max(host.mempage(size).free * size // 1024 for size in candidates)
+    return _Miss(_STAGE_MEMORY, most_free - guest.memory_mb,
+                 f"{request} pages: no page size with {guest.memory_mb} MB free")
+
+
+def _pick_pcpus(host: HostCell, wanted: int, thread_policy: str | None,
+                reserve: int) -> tuple[list[int], frozenset[int]] | _Miss:
+    """``wanted`` free pCPUs by thread policy, grouped by core (so consecutive guest
+    vCPUs land on siblings), and the sibling CPUs left idle by ``isolate``."""
+    pinned = host.pinned_cpus
+    cores = host.cores()
+    note = _EMULATOR_NOTE if reserve else ""
+    if thread_policy == ISOLATE:
+        whole = sorted((core for core in cores if not pinned.intersection(core)),
+                       key=lambda core: (len(core), core))
+        if len(whole) < wanted:
+            return _Miss(_STAGE_PINNED, len(whole) - wanted,
+                         f"no host cell with {wanted} free cores for thread policy isolate"
+                         + note)
+        taken = whole[:wanted]
+        return [core[0] for core in taken], frozenset(c for core in taken for c in core[1:])
+    if thread_policy == REQUIRE:
+        pool = [core for core in cores if len(core) > 1 and not pinned.intersection(core)]
+        reason = f"no host cell with {wanted} free pCPUs in sibling pairs"
+    else:
+        pool = [free for free in (tuple(c for c in core if c not in pinned) for core in cores)
+                if free]
+        reason = f"no host cell with {wanted} free pCPUs"
+    available = sum(len(core) for core in pool)
+    if available < wanted:
+        return _Miss(_STAGE_PINNED, available - wanted, reason + note)
+    return _best_fit(pool, wanted), frozenset()
+
+
+def _best_fit(pool: Sequence[tuple[int, ...]], wanted: int) -> list[int]:
+    """Take whole cores (largest, then lowest) while the remainder exceeds every core,
+    then the smallest core that holds the remainder: siblings together, few cores broken."""
+    pool = list(pool)
+    cpus: list[int] = []
+    remaining = wanted
+    while remaining:
+        holding = [core for core in pool if len(core) >= remaining]
+        if holding:
+            core = min(holding, key=lambda c: (len(c), c))
+            cpus.extend(core[:remaining])
+            remaining = 0
+        else:
+            core = max(pool, key=lambda c: (len(c), -c[0]))
+            pool.remove(core)
+            cpus.extend(core)
+            remaining -= len(core)
+    return cpus
+
+
+def _pci_check_from_pools(host: HostTopology, pci_requests: Any, pci_pools: Any) -> PciCheck:
+    """A ``pci_check`` backed by ``pci.matching.supports_requests``."""
+    from pci import matching  # imported late: numa does not need pci otherwise
+
+    socket_of = {cell.id: cell.socket for cell in host.cells if cell.socket is not None}
+
+    def check(cell_ids: frozenset[int]) -> bool:
+        return matching.supports_requests(pci_pools, pci_requests, numa_cells=cell_ids,
+                                          socket_of=socket_of)
+
+    return check

@@ -1,0 +1,426 @@
+"""``berth``: the scheduler's RPC client for people and scripts.
+
+Readable tables by default, JSON with ``--json``. Exit status: 0 success,
+1 no valid host (the per-filter explanation is printed), 2 invalid input,
+unknown host, or no answer from the broker or the daemon within ``--timeout``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EXIT_OK, EXIT_NO_VALID_HOST, EXIT_ERROR = 0, 1, 2
+DEFAULT_TIMEOUT = 30.0
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr, exit status 2."""
+
+
+# -- formatting ---------------------------------------------------------------------
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table; numbers right-aligned."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, v in enumerate(row):
+            widths[i] = max(widths[i], len(v))
+    numeric = [all(_is_number(r[i]) for r in rows) and bool(rows) for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out.extend(line(r) for r in cells)
+    return "\n".join(out)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _used(used: Any, total: Any) -> str:
+    return f"{used}/{total}"
+
+
+def format_selections(result: list[list[dict]], dry_run: bool = False) -> str:
+    """One row per selection; alternates are marked and follow their instance."""
+    rows = []
+    for alternatives in result:
+        for rank, s in enumerate(alternatives):
+            alloc = s.get("allocation") or {}
+            cells = s.get("numa_cells") or []
+            pci = s.get("pci_devices") or []
+            rows.append([
+                s.get("instance_uuid") if rank == 0 else "  alternate",
+                s.get("host"), s.get("node"), alloc.get("vcpus"), alloc.get("memory_mb"),
+                alloc.get("disk_mb"),
+                ",".join(str(c.get("id", c)) if isinstance(c, dict) else str(c)
+                         for c in cells) or None,
+                ",".join(str(d.get("address", d)) if isinstance(d, dict) else str(d)
+                         for d in pci) or None,
+                None if s.get("weight") is None else round(float(s["weight"]), 3),
+            ])
+    text = format_table(["INSTANCE", "HOST", "NODE", "VCPUS", "RAM_MB", "DISK_MB",
+                         "NUMA", "PCI", "WEIGHT"], rows)
+    if dry_run:
+        text += "\n(dry run: nothing was claimed)"
+    return text
+
+
+def format_no_valid_host(exc: Exception) -> str:
+    """The daemon's explanation: the summary line, then one line per filter."""
+    reason = getattr(exc, "reason", "") or getattr(exc, "message", "") or str(exc)
+    lines = [f"No valid host: {reason}".rstrip()]
+    summary = getattr(exc, "summary", None) or {}
+    for f in summary.get("filters") or []:
+        reasons = f.get("reasons") or {}
+        detail = "; ".join(f"{text} ({n})" for text, n in reasons.items())
+        lines.append(f"  {f.get('filter')}: removed {f.get('removed')}"
+                     + (f" - {detail}" if detail else ""))
+    return "\n".join(lines)
+
+
+def format_hosts(hosts: list[dict]) -> str:
+    rows = []
+    for h in hosts:
+        pci = h.get("pci_devices") or {}
+        state = "disabled" if h.get("disabled") else ("up" if h.get("last_seen_up") else "-")
+        rows.append([h.get("host"), h.get("node"), h.get("availability_zone"),
+                     _used(h.get("vcpus_used"), h.get("vcpus")),
+                     _used(h.get("memory_mb_used"), h.get("memory_mb")),
+                     _used(h.get("local_gb_used"), h.get("local_gb")),
+                     h.get("running_vms"),
+                     _used(pci.get("available", 0), pci.get("total", 0)),
+                     state])
+    return format_table(["HOST", "NODE", "ZONE", "VCPUS", "RAM_MB", "DISK_GB", "VMS",
+                         "PCI_FREE", "STATE"], rows)
+
+
+def format_mapping(data: dict, indent: int = 0) -> str:
+    """``key: value`` lines; nested mappings indented, lists of scalars joined."""
+    pad = " " * indent
+    out = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.append(f"{pad}{key}:")
+            out.append(format_mapping(value, indent + 2))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            out.append(f"{pad}{key}:")
+            out.extend(f"{pad}  - {json.dumps(v, sort_keys=True)}" for v in value)
+        elif isinstance(value, list):
+            out.append(f"{pad}{key}: {', '.join(map(str, value)) or '-'}")
+        else:
+            out.append(f"{pad}{key}: {'-' if value is None else value}")
+    return "\n".join(out)
+
+
+# -- commands -----------------------------------------------------------------------
+
+def _read_json(path: str) -> Any:
+    try:
+        with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
+            return json.load(f)
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise CliError(f"{path}: not valid JSON: {e}") from None
+
+
+def _read_host_yaml(path: str) -> dict:
+    """One host in the fleet format: a host mapping, or a fleet with one host."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise CliError(f"{path}: not valid YAML: {e}") from None
+    if isinstance(data, dict) and "hosts" in data and "host" not in data:
+        hosts = data.get("hosts")
+        if not isinstance(hosts, list) or len(hosts) != 1:
+            raise CliError(f"{path}: expected one host, found "
+                           f"{len(hosts) if isinstance(hosts, list) else 'no list of'} hosts")
+        data = hosts[0]
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: expected a host mapping (fleet format)")
+    return data
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def cmd_select(api, args) -> int:
+    spec = _read_json(args.request)
+    result = api.select_destinations(None, spec, return_alternates=args.alternates,
+                                     dry_run=args.dry_run)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_selections(result, args.dry_run))
+    return EXIT_OK
+
+
+def cmd_release(api, args) -> int:
+    released = api.release(None, args.instance_uuid)
+    if args.json:
+        _print_json({"instance_uuid": args.instance_uuid, "released": released})
+    elif released:
+        print(f"Released {args.instance_uuid}")
+    else:
+        print(f"{args.instance_uuid} held nothing (already released)")
+    return EXIT_OK
+
+
+def cmd_reschedule(api, args) -> int:
+    result = api.reschedule(None, args.instance_uuid, args.failed_host)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_selections([result]))
+    return EXIT_OK
+
+
+def cmd_hosts(api, args) -> int:
+    hosts = api.list_hosts(None)
+    if args.json:
+        _print_json(hosts)
+    else:
+        print(format_hosts(hosts))
+    return EXIT_OK
+
+
+def cmd_host_show(api, args) -> int:
+    host = api.show_host(None, args.name)
+    if args.json:
+        _print_json(host)
+    else:
+        print(format_mapping(host))
+    return EXIT_OK
+
+
+def cmd_report_host(api, args) -> int:
+    host = api.report_compute_node(None, _read_host_yaml(args.file))
+    if args.json:
+        _print_json(host)
+    else:
+        print(f"Reported {host.get('host')} (node {host.get('node')}, "
+              f"generation {host.get('generation')})")
+    return EXIT_OK
+
+
+def cmd_ping(api, args) -> int:
+    started = time.monotonic()
+    info = api.ping(None)
+    info["round_trip_ms"] = round((time.monotonic() - started) * 1000, 2)
+    if args.json:
+        _print_json(info)
+    else:
+        print(f"berth-scheduler on {info.get('host')} answered in "
+              f"{info['round_trip_ms']} ms (pid {info.get('pid')}, worker "
+              f"{info.get('worker')}, {info.get('backend')} backend, "
+              f"API {info.get('version')})")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON instead of a table")
+    p = argparse.ArgumentParser(
+        prog="berth", description="Talk to the berth-scheduler daemon over RPC.",
+        epilog="Exit status: 0 ok, 1 no valid host, 2 invalid input or no answer.")
+    p.add_argument("--config-file", action="append", default=[], metavar="PATH",
+                   help="berth.conf to read [DEFAULT] transport_url and [scheduler] "
+                        "topic from (repeatable; default: the usual oslo.config places)")
+    p.add_argument("--config-dir", action="append", default=[], metavar="DIR")
+    p.add_argument("--transport-url", metavar="URL",
+                   help="override [DEFAULT] transport_url")
+    p.add_argument("--topic", help="override [scheduler] topic")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"give up when the broker or the daemon has not answered "
+                        f"(default {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--debug", action="store_true", help="log the messaging library's chatter")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("select", parents=[common], help="place instances (request spec JSON)")
+    s.add_argument("request", metavar="REQUEST.json", help="request spec file, or - for stdin")
+    s.add_argument("--alternates", action="store_true", help="also return alternate hosts")
+    s.add_argument("--dry-run", action="store_true", help="choose hosts but claim nothing")
+    s.set_defaults(func=cmd_select)
+
+    s = sub.add_parser("release", parents=[common], help="free what an instance holds")
+    s.add_argument("instance_uuid", metavar="UUID")
+    s.set_defaults(func=cmd_release)
+
+    s = sub.add_parser("reschedule", parents=[common],
+                       help="move an instance's claim off a host that failed to build it")
+    s.add_argument("instance_uuid", metavar="UUID")
+    s.add_argument("failed_host", metavar="HOST")
+    s.set_defaults(func=cmd_reschedule)
+
+    s = sub.add_parser("hosts", parents=[common], help="list hosts with capacity and usage")
+    s.set_defaults(func=cmd_hosts)
+
+    s = sub.add_parser("host", help="one host")
+    hs = s.add_subparsers(dest="host_command", required=True, metavar="COMMAND")
+    h = hs.add_parser("show", parents=[common], help="show one host (host or node name)")
+    h.add_argument("name", metavar="NAME")
+    h.set_defaults(func=cmd_host_show)
+
+    s = sub.add_parser("report", help="report to the scheduler as a compute host would")
+    rs = s.add_subparsers(dest="report_command", required=True, metavar="WHAT")
+    r = rs.add_parser("host", parents=[common],
+                      help="upsert one host from a YAML file in the fleet format")
+    r.add_argument("file", metavar="FILE.yaml")
+    r.set_defaults(func=cmd_report_host)
+
+    s = sub.add_parser("ping", parents=[common], help="check that a scheduler answers")
+    s.set_defaults(func=cmd_ping)
+    return p
+
+
+# -- plumbing -----------------------------------------------------------------------
+
+def _configure(args) -> None:
+    from oslo_config import cfg
+
+    from scheduler import rpc  # noqa: F401  (registers the options read below)
+
+    conf_args = [f"--config-file={f}" for f in args.config_file]
+    conf_args += [f"--config-dir={d}" for d in args.config_dir]
+    cfg.CONF(conf_args, project="berth", prog="berth")
+    if args.transport_url:
+        cfg.CONF.set_override("transport_url", args.transport_url)
+    if args.topic:
+        cfg.CONF.set_override("topic", args.topic, group="scheduler")
+
+
+def _broker_addresses(url: str) -> list[tuple[str, int]]:
+    import oslo_messaging
+    from oslo_config import cfg
+
+    parsed = oslo_messaging.TransportURL.parse(cfg.CONF, url)
+    if parsed.transport not in ("rabbit", "kombu", "amqp"):
+        return []
+    default_port = 5672
+    return [(h.hostname or "127.0.0.1", h.port or default_port) for h in parsed.hosts] \
+        or [("127.0.0.1", default_port)]
+
+
+def check_broker(url: str, timeout: float) -> None:
+    """Fail fast, with one line, when no broker of ``url`` accepts a connection.
+
+    oslo.messaging retries a refused reply-queue connection forever; checking the
+    socket first turns the common "RabbitMQ is not running" case into a message.
+    """
+    addresses = _broker_addresses(url)
+    if not addresses:
+        return
+    errors = []
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=min(timeout, 5.0)):
+                return
+        except OSError as e:
+            errors.append(f"{host}:{port} ({e.strerror or e})")
+    raise CliError("cannot reach the message broker at " + ", ".join(errors)
+                   + " - is RabbitMQ running? (see [DEFAULT] transport_url)")
+
+
+def _run_with_deadline(fn: Callable[[], int], deadline: float) -> int:
+    """Run ``fn`` but return ``EXIT_ERROR`` with a message if it outlives ``deadline``."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["rc"] = fn()
+        except BaseException as e:  # re-raised in the main thread
+            box["exc"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(deadline)
+    if t.is_alive():
+        raise CliError(f"no answer within {deadline:g}s (broker or berth-scheduler "
+                       f"unreachable)")
+    if "exc" in box:
+        raise box["exc"]
+    return box["rc"]
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.debug:
+        warnings.filterwarnings("ignore")
+        logging.basicConfig(level=logging.CRITICAL)
+    else:
+        logging.basicConfig(level=logging.DEBUG)
+    from scheduler import exception
+
+    try:
+        import oslo_messaging
+
+        _configure(args)
+        from oslo_config import cfg
+
+        from scheduler.rpcapi import SchedulerAPI
+
+        check_broker(cfg.CONF.transport_url, args.timeout)
+        api = SchedulerAPI(cfg.CONF, timeout=args.timeout, retry=1)
+        rc = _run_with_deadline(lambda: args.func(api, args), args.timeout + 5)
+        api.close()
+        return rc
+    except exception.NoValidHost as e:
+        if args.json:
+            _print_json({"error": "NoValidHost", "reason": e.reason, "summary": e.summary})
+        else:
+            print(format_no_valid_host(e), file=sys.stderr)
+        return EXIT_NO_VALID_HOST
+    except exception.BerthError as e:
+        if args.json:
+            _print_json({"error": type(e).__name__.removesuffix("_Remote"),
+                         "message": e.message, **e.kwargs})
+        else:
+            print(f"berth: {e.message}", file=sys.stderr)
+        return EXIT_ERROR
+    except oslo_messaging.MessagingTimeout:
+        from oslo_config import cfg
+
+        print(f"berth: no scheduler answered on topic {cfg.CONF.scheduler.topic!r} within "
+              f"{args.timeout:g}s - is berth-scheduler running?", file=sys.stderr)
+        return EXIT_ERROR
+    except oslo_messaging.MessagingException as e:
+        print(f"berth: messaging error: {str(e).splitlines()[0] if str(e) else type(e)}",
+              file=sys.stderr)
+        return EXIT_ERROR
+    except CliError as e:
+        print(f"berth: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def main() -> None:
+    rc = run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: oslo.messaging's threads may still be retrying.
+    os._exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""``berth-manage host import|list|show|delete``: the fleet's compute nodes."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+
+from db import hosts as db_hosts
+from scheduler import fleet as fleet_mod
+from scheduler.cmd import common
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("host", help="compute hosts")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    imp = commands.add_parser("import", help="create or update hosts and aggregates from a "
+                                             "fleet YAML file (idempotent)")
+    imp.add_argument("file", metavar="FILE.yaml")
+    imp.add_argument("--dry-run", action="store_true",
+                     help="validate the file only; write nothing")
+    common.add_json_flag(imp)
+    imp.set_defaults(func=do_import)
+
+    lst = commands.add_parser("list", help="hosts with capacity, usage and zone")
+    common.add_json_flag(lst)
+    lst.set_defaults(func=do_list)
+
+    show = commands.add_parser("show", help="one host in full")
+    show.add_argument("name", help="host or node name")
+    common.add_json_flag(show)
+    show.set_defaults(func=do_show)
+
+    delete = commands.add_parser("delete", help="delete a host (refused while it has "
+                                                "allocations, unless --force)")
+    delete.add_argument("name", help="host or node name")
+    delete.add_argument("--force", action="store_true",
+                        help="also delete the host's allocations and in-use devices")
+    delete.set_defaults(func=do_delete)
+
+
+def do_import(args: argparse.Namespace) -> int:
+    fleet = fleet_mod.load_fleet_file(args.file)
+    if args.dry_run:
+        print(f"{args.file}: valid ({len(fleet.hosts)} hosts, "
+              f"{len(fleet.aggregates)} aggregates); nothing written")
+        return common.EXIT_OK
+    result = db_hosts.import_fleet(common.database(), fleet)
+    if args.json:
+        common.print_json(dataclasses.asdict(result))
+    else:
+        print(f"imported {args.file}: {result.summary()}")
+    return common.EXIT_OK
+
+
+def _used_of(used: str, total: str) -> Callable[[dict], str]:
+    return lambda row: f"{row[used]}/{row[total]}"
+
+
+HOST_COLUMNS: list[common.Column] = [
+    ("HOST", "host"),
+    ("NODE", "node"),
+    ("AZ", "availability_zone"),
+    ("VCPUS", _used_of("vcpus_used", "vcpus")),
+    ("RAM_MB", _used_of("memory_mb_used", "memory_mb")),
+    ("DISK_GB", _used_of("local_gb_used", "local_gb")),
+    ("VMS", "running_vms"),
+    ("PCI", lambda r: (f"{r['pci_devices']['available']}/{r['pci_devices']['total']}"
+                       if r["pci_devices"]["total"] else None)),
+    ("NUMA", lambda r: r["numa_cells"] or None),
+    ("STATE", lambda r: "disabled" if r["disabled"] else "enabled"),
+    ("AGGREGATES", "aggregates"),
+]
+
+
+def do_list(args: argparse.Namespace) -> int:
+    hosts = db_hosts.list_hosts(common.database())
+    if args.json:
+        common.print_json(hosts)
+    else:
+        common.print_table(hosts, HOST_COLUMNS, empty="no hosts")
+    return common.EXIT_OK
+
+
+_SHOW_KEYS = (
+    "host", "node", "uuid", "availability_zone", "aggregates", "disabled",
+    "disabled_reason", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "local_gb",
+    "local_gb_used", "running_vms", "current_workload", "cpu_allocation_ratio",
+    "ram_allocation_ratio", "disk_allocation_ratio", "reserved_host_cpus",
+    "reserved_host_memory_mb", "reserved_host_disk_mb", "free", "allocations",
+    "pci_devices", "hypervisor_type", "hypervisor_version", "host_ip", "cpu_info",
+    "supported_instances", "stats", "metrics", "last_seen_up", "generation",
+    "created_at", "updated_at",
+)
+
+_NUMA_COLUMNS: list[common.Column] = [
+    ("CELL", "id"),
+    ("SOCKET", "socket"),
+    ("CPUSET", "cpuset"),
+    ("PCPUSET", "pcpuset"),
+    ("MEMORY_MB", "memory_mb"),
+    ("HUGEPAGES", lambda c: ",".join(f"{_page_size(p['size_kb'])}x{p['total']}"
+                                     for p in c.get("mempages") or [] if p["size_kb"] != 4)),
+]
+
+
+def _page_size(size_kb: int) -> str:
+    for unit, kb in (("G", 1 << 20), ("M", 1 << 10)):
+        if size_kb % kb == 0:
+            return f"{size_kb // kb}{unit}"
+    return f"{size_kb}K"
+
+
+def do_show(args: argparse.Namespace) -> int:
+    host = db_hosts.get_host(common.database(), args.name)
+    if args.json:
+        common.print_json(host)
+        return common.EXIT_OK
+    common.print_fields(host, [k for k in _SHOW_KEYS if k in host])
+    cells = (host.get("numa_topology") or {}).get("cells") or []
+    if cells:
+        print()
+        common.print_table(cells, _NUMA_COLUMNS)
+    return common.EXIT_OK
+
+
+def do_delete(args: argparse.Namespace) -> int:
+    result = db_hosts.delete_host(common.database(), args.name, force=args.force)
+    print(f"deleted host {args.name} (nodes: {', '.join(result['nodes'])}; "
+          f"{result['allocations_deleted']} allocation(s), "
+          f"{result['pci_devices_deleted']} PCI device(s) removed)")
+    return common.EXIT_OK

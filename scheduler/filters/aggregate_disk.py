@@ -1,0 +1,18 @@
+"""AggregateDiskFilter: DiskFilter with the ratio from aggregate metadata.
+
+The ratio is the host's aggregates' ``disk_allocation_ratio`` (the smallest when
+they disagree; invalid values are ignored), else the host's own ratio.
+"""
+from __future__ import annotations
+
+from scheduler.filters.disk import DiskFilter
+
+
+class AggregateDiskFilter(DiskFilter):
+    """DiskFilter honouring ``disk_allocation_ratio`` aggregate metadata."""
+
+    def disk_limit(self, host) -> float:
+        ratio = host.disk_allocation_ratio
+        if host.aggregates:
+            ratio = host.aggregate_min_float("disk_allocation_ratio", ratio)
+        return (host.local_gb * 1024 - host.reserved_host_disk_mb) * ratio

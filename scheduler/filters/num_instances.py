@@ -1,0 +1,54 @@
+"""NumInstancesFilter and AggregateNumInstancesFilter: cap instances per host."""
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from scheduler.filters import BaseHostFilter, FilterContext
+
+num_instances_opts = [
+    cfg.IntOpt("max_instances_per_host",
+               default=50, min=1,
+               help="Most instances a host may run (NumInstancesFilter). "
+                    "AggregateNumInstancesFilter lets an aggregate's "
+                    "max_instances_per_host metadata override it (the smallest when "
+                    "several aggregates set it)."),
+]
+
+cfg.CONF.register_opts(num_instances_opts, group="filter_scheduler")
+
+LIST_OPTS = [("filter_scheduler", num_instances_opts)]
+
+
+class NumInstancesFilter(BaseHostFilter):
+    """Removes hosts already running ``max_instances_per_host`` instances."""
+
+    def __init__(self, conf) -> None:
+        super().__init__(conf)
+        self._limit: tuple = (None, 0)
+
+    def configured_limit(self, ctx: FilterContext) -> int:
+        """``[filter_scheduler] max_instances_per_host`` (read once per context)."""
+        cached = self._limit
+        if cached[0] is not ctx:
+            cached = self._limit = (ctx, self.conf.filter_scheduler.max_instances_per_host)
+        return cached[1]
+
+    def host_limit(self, host, ctx: FilterContext) -> int:
+        return self.configured_limit(ctx)
+
+    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
+        limit = self.host_limit(host, ctx)
+        if host.num_instances >= limit:
+            return f"max instances per host reached ({limit})"
+        return None
+
+
+class AggregateNumInstancesFilter(NumInstancesFilter):
+    """NumInstancesFilter with the limit from ``max_instances_per_host`` aggregate
+    metadata (the smallest valid value), else the configured one."""
+
+    def host_limit(self, host, ctx: FilterContext) -> int:
+        limit = self.configured_limit(ctx)
+        if host.aggregates:
+            limit = int(host.aggregate_min_float("max_instances_per_host", limit))
+        return limit

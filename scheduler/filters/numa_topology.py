@@ -1,0 +1,19 @@
+"""NUMATopologyFilter: the guest NUMA topology (pinning, pages, PCI affinity) fits."""
+from __future__ import annotations
+
+from scheduler.filters import BaseHostFilter
+
+
+class NUMATopologyFilter(BaseHostFilter):
+    """Passes hosts where ``numa.fitting.fit_instance_to_host`` finds a fit.
+
+    Requests without a NUMA topology pass everywhere. The consume step fits
+    again under the host lock with the same function, so what it takes matches
+    what this filter checked.
+    """
+
+    def host_passes(self, host, spec, ctx):
+        if spec.numa_topology is None:
+            return None
+        result = host.fit_numa(spec)
+        return None if result.fitted is not None else result.reason

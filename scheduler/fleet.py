@@ -1,0 +1,475 @@
+"""The fleet file (DESIGN §7): hosts and aggregates an operator imports.
+
+``load_fleet`` validates the whole document before anything is written and
+raises :class:`InvalidFleet` naming the host (index and name), the field and
+what was expected, e.g.
+``hosts[3] (compute-004): memory_mb: expected an integer > 0, got -5``.
+The records it returns are plain values; ``db.hosts.import_fleet`` writes them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import yaml
+from oslo_config import cfg
+
+from numa import errors as numa_errors
+from numa import topology as numa_topology
+from pci import device as pci_device
+from pci import errors as pci_errors
+from scheduler import exception
+
+compute_opts = [
+    cfg.FloatOpt("cpu_allocation_ratio",
+                 default=4.0, min=0.0,
+                 help="Virtual CPUs per physical CPU for hosts whose fleet entry or "
+                      "report does not set cpu_allocation_ratio. An aggregate's "
+                      "cpu_allocation_ratio metadata overrides it for "
+                      "AggregateCoreFilter."),
+    cfg.FloatOpt("ram_allocation_ratio",
+                 default=1.0, min=0.0,
+                 help="Virtual RAM per physical RAM for hosts whose fleet entry or "
+                      "report does not set ram_allocation_ratio."),
+    cfg.FloatOpt("disk_allocation_ratio",
+                 default=1.0, min=0.0,
+                 help="Virtual disk per physical disk for hosts whose fleet entry or "
+                      "report does not set disk_allocation_ratio."),
+]
+
+cfg.CONF.register_opts(compute_opts, group="compute")
+
+LIST_OPTS = [("compute", compute_opts)]
+
+# The NUMA cell keys of the fleet format; anything else stored in a cell is usage.
+NUMA_CELL_LAYOUT_KEYS = frozenset(
+    {"id", "socket", "cpuset", "pcpuset", "siblings", "memory_mb", "mempages"})
+_MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total"})
+
+
+class InvalidFleet(exception.InvalidRequest):
+    """A fleet document failed validation; the message names host, field and expectation."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRecord:
+    """One compute node as the fleet file (or a host's report) describes it."""
+
+    host: str
+    node: str
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    cpu_allocation_ratio: float
+    ram_allocation_ratio: float
+    disk_allocation_ratio: float
+    reserved_host_memory_mb: int = 0
+    reserved_host_disk_mb: int = 0
+    reserved_host_cpus: int = 0
+    hypervisor_type: str | None = None
+    hypervisor_version: int | None = None
+    host_ip: str | None = None
+    cpu_info: dict | None = None
+    supported_instances: list | None = None
+    stats: dict = dataclasses.field(default_factory=dict)
+    metrics: dict = dataclasses.field(default_factory=dict)
+    disabled: bool = False
+    disabled_reason: str | None = None
+    # The normalised topology primitive ({"cells": [...]}); None: no NUMA.
+    numa_topology: dict | None = None
+    # None means "not reported": an upsert leaves the node's devices alone.
+    pci_devices: list[pci_device.PciDevice] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregateRecord:
+    name: str
+    availability_zone: str | None = None
+    hosts: tuple[str, ...] = ()
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fleet:
+    hosts: tuple[HostRecord, ...] = ()
+    aggregates: tuple[AggregateRecord, ...] = ()
+
+
+def compute_defaults(conf: cfg.ConfigOpts = cfg.CONF) -> dict[str, float]:
+    """The allocation ratio defaults of ``[compute]``, as ``parse_host`` takes them."""
+    return {o.dest: conf.compute[o.dest] for o in compute_opts}
+
+
+# -- small validators --------------------------------------------------------------------
+
+class _Invalid(Exception):
+    """Raised by the field checks; turned into InvalidFleet with the host's prefix."""
+
+    def __init__(self, field: str, expected: str, got: Any = dataclasses.MISSING) -> None:
+        super().__init__(field)
+        self.field = field
+        self.expected = expected
+        self.got = got
+
+    @property
+    def reason(self) -> str:
+        if self.got is dataclasses.MISSING:
+            return self.expected
+        return f"expected {self.expected}, got {_show(self.got)}"
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = str(value).lower()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(field: str, value: Any, minimum: int = 0) -> int:
+    if not _is_int(value) or value < minimum:
+        raise _Invalid(field, f"an integer >= {minimum}" if minimum <= 0
+                       else f"an integer > {minimum - 1}", value)
+    return value
+
+
+def _ratio(field: str, value: Any) -> float:
+    if _is_int(value) or isinstance(value, float):
+        if value > 0 and value == value and value != float("inf"):
+            return float(value)
+    raise _Invalid(field, "a number > 0", value)
+
+
+def _str(field: str, value: Any, max_len: int = 255) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
+        raise _Invalid(field, f"a non-empty string of at most {max_len} characters", value)
+    return value
+
+
+def _opt_str(field: str, value: Any, max_len: int = 255) -> str | None:
+    return None if value is None else _str(field, value, max_len)
+
+
+def _bool(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(field, "true or false", value)
+    return value
+
+
+def _mapping(field: str, value: Any) -> dict:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise _Invalid(field, "a mapping with string keys", value)
+    return value
+
+
+def _list(field: str, value: Any) -> list:
+    if not isinstance(value, list):
+        raise _Invalid(field, "a list", value)
+    return value
+
+
+def _unknown_keys(prefix: str, data: Mapping, known) -> None:
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(known), n=1)
+        hint = f"did you mean {close[0]}?" if close else "known keys: " + ", ".join(sorted(known))
+        raise _Invalid(prefix + unknown[0], f"unknown key ({hint})")
+
+
+def _scalar_str(field: str, value: Any) -> str:
+    """Aggregate metadata and stats values are strings; numbers and booleans are converted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        text = str(value)
+        if len(text) <= 255:
+            return text
+    raise _Invalid(field, "a string, number or boolean of at most 255 characters", value)
+
+
+# -- hosts ------------------------------------------------------------------------------
+
+def _ip(field: str, value: Any) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise _Invalid(field, "an IPv4 or IPv6 address", value) from None
+
+
+def _cpu_info(field: str, value: Any) -> dict | None:
+    return None if value is None else _mapping(field, value)
+
+
+def _supported_instances(field: str, value: Any) -> list | None:
+    if value is None:
+        return None
+    ok = isinstance(value, list) and all(
+        isinstance(t, list) and len(t) == 3 and all(isinstance(s, str) for s in t)
+        for t in value)
+    if not ok:
+        raise _Invalid(field, "a list of [arch, hypervisor_type, vm_mode] string triples",
+                       value)
+    return [list(t) for t in value]
+
+
+def _stats(field: str, value: Any) -> dict:
+    value = _mapping(field, value or {})
+    return {k: _scalar_str(f"{field}.{k}", v) for k, v in value.items()}
+
+
+def _metrics(field: str, value: Any) -> dict:
+    value = _mapping(field, value or {})
+    for k, v in value.items():
+        if not (_is_int(v) or isinstance(v, float)):
+            raise _Invalid(f"{field}.{k}", "a number", v)
+    return dict(value)
+
+
+# field -> (checker, required). Checkers take (field, value) and return the clean value.
+_HOST_FIELDS: dict[str, tuple[Callable[[str, Any], Any], bool]] = {
+    "host": (_str, True),
+    "node": (_str, False),
+    "vcpus": (lambda f, v: _int(f, v, 1), True),
+    "memory_mb": (lambda f, v: _int(f, v, 1), True),
+    "local_gb": (_int, True),
+    "cpu_allocation_ratio": (_ratio, False),
+    "ram_allocation_ratio": (_ratio, False),
+    "disk_allocation_ratio": (_ratio, False),
+    "reserved_host_memory_mb": (_int, False),
+    "reserved_host_disk_mb": (_int, False),
+    "reserved_host_cpus": (_int, False),
+    "hypervisor_type": (_opt_str, False),
+    "hypervisor_version": (lambda f, v: None if v is None else _int(f, v), False),
+    "host_ip": (lambda f, v: None if v is None else _ip(f, v), False),
+    "cpu_info": (_cpu_info, False),
+    "supported_instances": (_supported_instances, False),
+    "stats": (_stats, False),
+    "metrics": (_metrics, False),
+    "disabled": (_bool, False),
+    "disabled_reason": (_opt_str, False),
+    "numa_topology": (lambda f, v: _numa_topology(f, v), False),
+    "pci_devices": (lambda f, v: _pci_devices(f, v), False),
+}
+
+
+def _host_prefix(index: int, data: Any) -> str:
+    name = data.get("host") if isinstance(data, dict) else None
+    return f"hosts[{index}] ({name})" if isinstance(name, str) and name else f"hosts[{index}]"
+
+
+def parse_host(data: dict, index: int = 0, defaults: Mapping[str, Any] | None = None
+               ) -> HostRecord:
+    """Validate one fleet host entry and return its record.
+
+    ``defaults`` supplies values for absent optional fields (the allocation
+    ratios at least); ``None`` means the ``[compute]`` options.
+    """
+    prefix = _host_prefix(index, data)
+    try:
+        return _parse_host(data, defaults)
+    except _Invalid as e:
+        raise InvalidFleet(f"{prefix}: {e.field}: {e.reason}",
+                           field=f"hosts[{index}].{e.field}", reason=e.reason) from None
+
+
+def _parse_host(data: Any, defaults: Mapping[str, Any] | None) -> HostRecord:
+    if not isinstance(data, dict):
+        raise _Invalid("host entry", "a mapping", data)
+    _unknown_keys("", data, _HOST_FIELDS)
+    values = dict(compute_defaults() if defaults is None else defaults)
+    unknown_defaults = set(values) - set(_HOST_FIELDS)
+    if unknown_defaults:
+        raise ValueError(f"unknown host defaults: {sorted(unknown_defaults)}")
+    for name, (check, required) in _HOST_FIELDS.items():
+        if name in data:
+            values[name] = check(name, data[name])
+        elif required:
+            raise _Invalid(name, "required field is missing")
+    values.setdefault("node", values["host"])
+    for name in ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio"):
+        if name not in values:
+            raise _Invalid(name, "no value given and no default configured")
+        values[name] = _ratio(name, values[name])
+    _check_reserved(values)
+    return HostRecord(**values)
+
+
+def _check_reserved(v: dict) -> None:
+    limits = (("reserved_host_cpus", v["vcpus"], "vcpus"),
+              ("reserved_host_memory_mb", v["memory_mb"], "memory_mb"),
+              ("reserved_host_disk_mb", v["local_gb"] * 1024, "local_gb * 1024"))
+    for name, limit, what in limits:
+        if v.get(name, 0) > limit:
+            raise _Invalid(name, f"an integer between 0 and {what} ({limit})", v[name])
+
+
+# -- NUMA -------------------------------------------------------------------------------
+
+def _numa_topology(field: str, value: Any) -> dict | None:
+    """The fleet's layout keys only (usage is Berth's), then the NUMA package's checks."""
+    if value is None:
+        return None
+    _unknown_keys(field + ".", _mapping(field, value), {"cells"})
+    for i, cell in enumerate(_list(f"{field}.cells", value.get("cells"))):
+        cf = f"{field}.cells.{i}"
+        _unknown_keys(cf + ".", _mapping(cf, cell), NUMA_CELL_LAYOUT_KEYS)
+        for j, page in enumerate(cell.get("mempages") or []):
+            if isinstance(page, dict):
+                _unknown_keys(f"{cf}.mempages.{j}.", page, _MEMPAGE_LAYOUT_KEYS)
+    try:
+        topology = numa_topology.HostTopology.from_primitive(value, field)
+    except numa_errors.NumaError as e:
+        raise _Invalid(e.field, e.reason) from None
+    for i, cell in enumerate(topology.cells):
+        if not cell.cpuset and not cell.pcpuset:
+            raise _Invalid(f"{field}.cells.{i}", "at least one CPU in cpuset or pcpuset")
+        if cell.memory_mb <= 0:
+            raise _Invalid(f"{field}.cells.{i}.memory_mb", "an integer > 0", cell.memory_mb)
+    return topology.to_primitive()
+
+
+# -- PCI --------------------------------------------------------------------------------
+
+def _pci_devices(field: str, value: Any) -> list[pci_device.PciDevice]:
+    devices: list[pci_device.PciDevice] = []
+    for i, dev in enumerate(_list(field, value if value is not None else [])):
+        try:
+            devices.append(pci_device.validate_device(dev, f"{field}[{i}]"))
+        except pci_errors.PciError as e:
+            reason = "required field is missing" if e.reason == "required" else e.reason
+            raise _Invalid(e.field, reason) from None
+    by_addr: dict[str, pci_device.PciDevice] = {}
+    for i, dev in enumerate(devices):
+        if dev.address in by_addr:
+            raise _Invalid(f"{field}[{i}].address", "an address not used by another device",
+                           dev.address)
+        by_addr[dev.address] = dev
+    for i, dev in enumerate(devices):
+        if dev.dev_type != pci_device.TYPE_VF:
+            continue
+        parent = by_addr.get(dev.parent_addr)
+        if parent is None or parent.dev_type != pci_device.TYPE_PF:
+            raise _Invalid(f"{field}[{i}].parent_addr",
+                           "the address of a type-PF device listed for this host",
+                           dev.parent_addr)
+    return devices
+
+
+# -- aggregates and the fleet -----------------------------------------------------------
+
+_AGGREGATE_KEYS = frozenset({"name", "availability_zone", "hosts", "metadata"})
+
+
+def _parse_aggregate(data: Any, known_hosts: set[str]) -> AggregateRecord:
+    agg = _mapping("aggregate entry", data)
+    _unknown_keys("", agg, _AGGREGATE_KEYS)
+    if "name" not in agg:
+        raise _Invalid("name", "required field is missing")
+    name = _str("name", agg["name"])
+    az = _opt_str("availability_zone", agg.get("availability_zone"))
+    metadata = {k: _scalar_str(f"metadata.{k}", v)
+                for k, v in _mapping("metadata", agg.get("metadata") or {}).items()}
+    for key in metadata:
+        _str(f"metadata.{key}", key)
+    meta_az = metadata.pop("availability_zone", None)
+    if meta_az is not None and az is not None and meta_az != az:
+        raise _Invalid("metadata.availability_zone",
+                       f"the same zone as availability_zone ({az!r})", meta_az)
+    az = az or meta_az
+    hosts = _list("hosts", agg.get("hosts") or [])
+    seen: set[str] = set()
+    for i, host in enumerate(hosts):
+        _str(f"hosts[{i}]", host)
+        if host not in known_hosts:
+            raise _Invalid(f"hosts[{i}]", "a host defined under hosts:", host)
+        if host in seen:
+            raise _Invalid(f"hosts[{i}]", "a host listed once per aggregate", host)
+        seen.add(host)
+    return AggregateRecord(name=name, availability_zone=az, hosts=tuple(hosts),
+                           metadata=metadata)
+
+
+def load_fleet(data: dict, defaults: Mapping[str, Any] | None = None) -> Fleet:
+    """Validate a whole fleet document and return it; raises InvalidFleet."""
+    if not isinstance(data, dict):
+        raise InvalidFleet(f"fleet: expected a mapping with hosts:, got {_show(data)}",
+                           field="fleet", reason="expected a mapping")
+    unknown = sorted(str(k) for k in data if k not in ("hosts", "aggregates"))
+    if unknown:
+        raise InvalidFleet(f"{unknown[0]}: unknown key (known keys: aggregates, hosts)",
+                           field=unknown[0], reason="unknown key")
+    raw_hosts = data.get("hosts")
+    if not isinstance(raw_hosts, list):
+        raise InvalidFleet(f"hosts: expected a list of hosts, got {_show(raw_hosts)}",
+                           field="hosts", reason="expected a list")
+    if defaults is None:
+        defaults = compute_defaults()
+    hosts: list[HostRecord] = []
+    by_host: dict[str, int] = {}
+    by_node: dict[str, int] = {}
+    for i, entry in enumerate(raw_hosts):
+        rec = parse_host(entry, i, defaults)
+        for name, seen, what in ((rec.host, by_host, "host"), (rec.node, by_node, "node")):
+            if name in seen:
+                reason = (f"expected a unique {what} name, got {name!r} "
+                          f"(also hosts[{seen[name]}])")
+                raise InvalidFleet(f"{_host_prefix(i, entry)}: {what}: {reason}",
+                                   field=f"hosts[{i}].{what}", reason=reason)
+            seen[name] = i
+        hosts.append(rec)
+
+    raw_aggs = data.get("aggregates") or []
+    if not isinstance(raw_aggs, list):
+        raise InvalidFleet(f"aggregates: expected a list of aggregates, got {_show(raw_aggs)}",
+                           field="aggregates", reason="expected a list")
+    aggregates: list[AggregateRecord] = []
+    names: dict[str, int] = {}
+    zone_of: dict[str, tuple[str, str]] = {}
+    for i, entry in enumerate(raw_aggs):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        prefix = f"aggregates[{i}] ({name})" if isinstance(name, str) else f"aggregates[{i}]"
+        try:
+            agg = _parse_aggregate(entry, set(by_host))
+            if agg.name in names:
+                raise _Invalid("name", f"a unique aggregate name (also aggregates"
+                                       f"[{names[agg.name]}])", agg.name)
+            names[agg.name] = i
+            if agg.availability_zone:
+                for host in agg.hosts:
+                    other = zone_of.get(host)
+                    if other and other[0] != agg.availability_zone:
+                        raise _Invalid(
+                            "availability_zone",
+                            f"host {host} already in zone {other[0]} (aggregate {other[1]});"
+                            " a host is in one availability zone only")
+                    zone_of[host] = (agg.availability_zone, agg.name)
+        except _Invalid as e:
+            raise InvalidFleet(f"{prefix}: {e.field}: {e.reason}",
+                               field=f"aggregates[{i}].{e.field}", reason=e.reason) from None
+        aggregates.append(agg)
+    return Fleet(hosts=tuple(hosts), aggregates=tuple(aggregates))
+
+
+def load_fleet_file(path: str, defaults: Mapping[str, Any] | None = None) -> Fleet:
+    """Read and validate a YAML fleet file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise InvalidFleet(f"{path}: cannot read: {e.strerror}", field="file",
+                           reason=str(e.strerror)) from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise InvalidFleet(f"{path}: not valid YAML{at}: {problem}", field="file",
+                           reason="not valid YAML") from None
+    return load_fleet(data, defaults)

@@ -1,0 +1,297 @@
+"""The scheduler's RPC endpoint (API version 1.0, DESIGN §5).
+
+Every method validates its payload on arrival and answers with plain JSON
+values. Berth's own errors (``InvalidRequest``, ``NoValidHost``, ``NotFound``,
+``Conflict``) are expected outcomes: oslo.messaging sends them to the caller as
+the same types and logs them at DEBUG, not as server tracebacks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+import uuid as uuidlib
+from typing import Any
+
+import oslo_messaging
+import sqlalchemy as sa
+from oslo_config import cfg
+from oslo_log import log as logging
+from oslo_serialization import jsonutils
+
+from db import aggregates, hosts, models
+from db import pci as db_pci
+from pci.device import validate_device
+from scheduler import exception, fleet
+from scheduler.request_spec import RequestSpec
+from scheduler.rpc import check_json
+
+LOG = logging.getLogger(__name__)
+
+RPC_API_VERSION = "1.0"
+
+MAX_NAME = 255          # host, node, aggregate names and metadata keys/values
+MAX_INSTANCES = 1000    # instance_uuids in one select_destinations
+MAX_PCI_DEVICES = 4096  # devices in one report_pci_devices
+MAX_METADATA = 128      # keys in one aggregate metadata update
+MAX_AGGREGATE_HOSTS = 10000
+_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+
+_expected = oslo_messaging.expected_exceptions(exception.BerthError)
+
+
+def _name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise exception.InvalidRequest(field=field, reason=f"expected a non-empty string, "
+                                                           f"got {_show(value)}")
+    if len(value) > MAX_NAME:
+        raise exception.InvalidRequest(field=field,
+                                       reason=f"longer than {MAX_NAME} characters")
+    if not _NAME_RE.match(value):
+        raise exception.InvalidRequest(field=field, reason="contains control characters")
+    return value
+
+
+def _opt_name(value: Any, field: str) -> str | None:
+    return None if value is None else _name(value, field)
+
+
+def _uuid(value: Any, field: str) -> str:
+    if not isinstance(value, str) or len(value) > 64:
+        raise exception.InvalidRequest(field=field, reason=f"expected a UUID, got {_show(value)}")
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise exception.InvalidRequest(field=field,
+                                       reason=f"expected a UUID, got {_show(value)}") from None
+
+
+def _bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise exception.InvalidRequest(field=field,
+                                       reason=f"expected true or false, got {_show(value)}")
+    return value
+
+
+def _dict(value: Any, field: str) -> dict:
+    if not isinstance(value, dict):
+        raise exception.InvalidRequest(field=field, reason=f"expected an object, "
+                                                           f"got {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _metadata(value: Any, field: str) -> dict[str, str | None]:
+    """Aggregate metadata: name -> string value, or None to delete the key."""
+    check_json(value, field)
+    _dict(value, field)
+    if len(value) > MAX_METADATA:
+        raise exception.InvalidRequest(field=field, reason=f"more than {MAX_METADATA} keys")
+    out: dict[str, str | None] = {}
+    for k, v in value.items():
+        _name(k, f"{field}.{k}")
+        if v is not None and not isinstance(v, str):
+            # Numbers and booleans are accepted as the strings they stand for.
+            if isinstance(v, bool | int | float):
+                v = str(v).lower() if isinstance(v, bool) else str(v)
+            else:
+                raise exception.InvalidRequest(field=f"{field}.{k}",
+                                               reason="expected a string or null")
+        if v is not None and len(v) > MAX_NAME:
+            raise exception.InvalidRequest(field=f"{field}.{k}",
+                                           reason=f"longer than {MAX_NAME} characters")
+        out[k] = v
+    return out
+
+
+def _primitive(value: Any) -> Any:
+    """Plain JSON values for the reply (datetimes become ISO strings)."""
+    return jsonutils.to_primitive(value, convert_instances=True, convert_datetime=True)
+
+
+class SchedulerManager:
+    """RPC endpoint: validates, then hands off to the scheduler and the DB modules.
+
+    ``scheduler`` is a ``FilterScheduler`` (or anything with its
+    ``select_destinations`` / ``release`` / ``reschedule``); ``db`` is the
+    worker's own ``Database``.
+    """
+
+    target = oslo_messaging.Target(version=RPC_API_VERSION)
+
+    def __init__(self, db, scheduler, conf: cfg.ConfigOpts = cfg.CONF,
+                 backend: str = "threading", worker: int = 0) -> None:
+        self.db = db
+        self.scheduler = scheduler
+        self.conf = conf
+        self.backend = backend
+        self.worker = worker
+        self._started = time.monotonic()
+
+    # -- placement --------------------------------------------------------------------
+    @_expected
+    def select_destinations(self, ctxt, request_spec, instance_uuids=None,
+                            return_alternates=False, dry_run=False) -> list[list[dict]]:
+        check_json(request_spec, "request_spec")
+        uuids = self._instance_uuids(instance_uuids)
+        return_alternates = _bool(return_alternates, "return_alternates")
+        dry_run = _bool(dry_run, "dry_run")
+        parse = getattr(self.scheduler, "parse_request", RequestSpec.from_primitive)
+        spec = parse(request_spec)
+        if uuids is not None and spec.instance_uuids is None \
+                and len(uuids) != spec.num_instances:
+            raise exception.InvalidRequest(
+                field="instance_uuids",
+                reason=f"{len(uuids)} given for num_instances={spec.num_instances}")
+        result = self.scheduler.select_destinations(
+            spec, instance_uuids=uuids, return_alternates=return_alternates,
+            dry_run=dry_run)
+        return [[s.to_primitive() for s in alternatives] for alternatives in result]
+
+    @_expected
+    def release(self, ctxt, instance_uuid) -> bool:
+        return bool(self.scheduler.release(_uuid(instance_uuid, "instance_uuid")))
+
+    @_expected
+    def reschedule(self, ctxt, instance_uuid, failed_host) -> list[dict]:
+        instance_uuid = _uuid(instance_uuid, "instance_uuid")
+        failed_host = _name(failed_host, "failed_host")
+        return [s.to_primitive() for s in self.scheduler.reschedule(instance_uuid, failed_host)]
+
+    @staticmethod
+    def _instance_uuids(value: Any) -> list[str] | None:
+        if value is None:
+            return None
+        if not isinstance(value, list | tuple):
+            raise exception.InvalidRequest(field="instance_uuids",
+                                           reason=f"expected a list, got {_show(value)}")
+        if len(value) > MAX_INSTANCES:
+            raise exception.InvalidRequest(field="instance_uuids",
+                                           reason=f"more than {MAX_INSTANCES} entries")
+        uuids = [_uuid(u, f"instance_uuids[{i}]") for i, u in enumerate(value)]
+        if len(set(uuids)) != len(uuids):
+            raise exception.InvalidRequest(field="instance_uuids", reason="duplicate UUIDs")
+        return uuids
+
+    # -- host reporting ---------------------------------------------------------------
+    @_expected
+    def report_compute_node(self, ctxt, node) -> dict:
+        """Upsert one host (fleet format): capacity, ratios, topology; heartbeats it."""
+        check_json(node, "node")
+        record = fleet.parse_host(_dict(node, "node"))
+        with self.db.writer() as session:
+            hosts.upsert_host(session, record)
+        LOG.info("Host %s reported: %d vCPUs, %d MB RAM, %d GB disk",
+                 record.host, record.vcpus, record.memory_mb, record.local_gb)
+        return _primitive(hosts.get_host(self.db, record.host))
+
+    @_expected
+    def report_pci_devices(self, ctxt, node, devices) -> dict:
+        """Replace one node's device list; claimed devices are never dropped."""
+        node = _name(node, "node")
+        check_json(devices, "devices")
+        if not isinstance(devices, list):
+            raise exception.InvalidRequest(field="devices",
+                                           reason=f"expected a list, got {_show(devices)}")
+        if len(devices) > MAX_PCI_DEVICES:
+            raise exception.InvalidRequest(field="devices",
+                                           reason=f"more than {MAX_PCI_DEVICES} devices")
+        parsed = [validate_device(d, f"devices[{i}]") for i, d in enumerate(devices)]
+        with self.db.writer_connection() as conn:
+            plan = db_pci.report_devices(conn, self._node_id(conn, node), parsed)
+        if dataclasses.is_dataclass(plan):
+            return _primitive(dataclasses.asdict(plan))
+        return _primitive(plan)
+
+    @staticmethod
+    def _node_id(conn, name: str) -> int:
+        """The live node called ``name``, or the only node of host ``name``."""
+        nodes = models.ComputeNode
+        for column in (nodes.hypervisor_hostname, nodes.host):
+            ids = list(conn.execute(sa.select(nodes.id).where(
+                column == name, nodes.deleted == 0)).scalars())
+            if len(ids) == 1:
+                return ids[0]
+            if ids:
+                raise exception.InvalidRequest(
+                    field="node", reason=f"host {name} has {len(ids)} nodes: name the node")
+        raise exception.NotFound(kind="Compute node", name=name)
+
+    # -- aggregates -------------------------------------------------------------------
+    @_expected
+    def aggregate_create(self, ctxt, name, availability_zone=None, metadata=None,
+                         hosts=None) -> dict:
+        name = _name(name, "name")
+        availability_zone = _opt_name(availability_zone, "availability_zone")
+        metadata = None if metadata is None else _metadata(metadata, "metadata")
+        host_list = None if hosts is None else self._host_list(hosts)
+        return _primitive(aggregates.create_aggregate(
+            self.db, name, availability_zone=availability_zone, metadata=metadata,
+            hosts=host_list))
+
+    @_expected
+    def aggregate_update(self, ctxt, name, new_name=None, **kw) -> dict:
+        """Rename and/or change the zone; ``availability_zone=None`` clears it,
+        leaving the argument out keeps it."""
+        name = _name(name, "name")
+        unknown = set(kw) - {"availability_zone"}
+        if unknown:
+            raise exception.InvalidRequest(field=sorted(unknown)[0], reason="unknown argument")
+        args: dict[str, Any] = {"new_name": _opt_name(new_name, "new_name")}
+        if "availability_zone" in kw:
+            args["availability_zone"] = _opt_name(kw["availability_zone"], "availability_zone")
+        return _primitive(aggregates.update_aggregate(self.db, name, **args))
+
+    @_expected
+    def aggregate_delete(self, ctxt, name) -> bool:
+        aggregates.delete_aggregate(self.db, _name(name, "name"))
+        return True
+
+    @_expected
+    def aggregate_add_host(self, ctxt, name, host) -> dict:
+        return _primitive(aggregates.add_host(self.db, _name(name, "name"),
+                                              _name(host, "host")))
+
+    @_expected
+    def aggregate_remove_host(self, ctxt, name, host) -> dict:
+        return _primitive(aggregates.remove_host(self.db, _name(name, "name"),
+                                                 _name(host, "host")))
+
+    @_expected
+    def aggregate_set_metadata(self, ctxt, name, metadata) -> dict:
+        return _primitive(aggregates.set_metadata(self.db, _name(name, "name"),
+                                                  _metadata(metadata, "metadata")))
+
+    @_expected
+    def aggregate_list(self, ctxt) -> list[dict]:
+        return _primitive(aggregates.list_aggregates(self.db))
+
+    @staticmethod
+    def _host_list(value: Any) -> list[str]:
+        if not isinstance(value, list):
+            raise exception.InvalidRequest(field="hosts",
+                                           reason=f"expected a list, got {_show(value)}")
+        if len(value) > MAX_AGGREGATE_HOSTS:
+            raise exception.InvalidRequest(field="hosts",
+                                           reason=f"more than {MAX_AGGREGATE_HOSTS} hosts")
+        return [_name(h, f"hosts[{i}]") for i, h in enumerate(value)]
+
+    # -- reading ----------------------------------------------------------------------
+    @_expected
+    def list_hosts(self, ctxt) -> list[dict]:
+        return _primitive(hosts.list_hosts(self.db))
+
+    @_expected
+    def show_host(self, ctxt, name) -> dict:
+        return _primitive(hosts.get_host(self.db, _name(name, "name")))
+
+    def ping(self, ctxt) -> dict:
+        """Liveness and identity of the worker that answered."""
+        return {"host": self.conf.host, "pid": os.getpid(), "worker": self.worker,
+                "backend": self.backend, "version": RPC_API_VERSION,
+                "uptime_s": round(time.monotonic() - self._started, 3)}

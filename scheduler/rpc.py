@@ -1,0 +1,157 @@
+"""oslo.messaging plumbing shared by the daemon and its clients.
+
+One place decides the transport defaults (local RabbitMQ, exchange ``berth``),
+which exception modules may be rebuilt on the client, and how the request
+context travels (a plain dict on the wire, an oslo.context on each side).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import oslo_messaging
+from oslo_config import cfg
+from oslo_context import context as oslo_context
+
+DEFAULT_TRANSPORT_URL = "rabbit://guest:guest@127.0.0.1:5672/"
+IN_PROCESS_TRANSPORT_URL = "kombu+memory:////"
+CONTROL_EXCHANGE = "berth"
+
+# Errors raised by the daemon that the client rebuilds as the same types.
+ALLOWED_REMOTE_EXMODS = ["scheduler.exception"]
+
+# Berth's defaults for oslo.messaging's own [DEFAULT] options: the local
+# RabbitMQ and the exchange "berth".
+# (oslo.messaging offers a public setter for the exchange only.)
+oslo_messaging.set_transport_defaults(control_exchange=CONTROL_EXCHANGE)
+cfg.set_defaults(oslo_messaging.transport._transport_opts,
+                 transport_url=DEFAULT_TRANSPORT_URL)
+# Registered now (oslo.messaging would on first use) so they can be overridden
+# and read before a transport exists; the same objects, so no duplicate.
+cfg.CONF.register_opts(oslo_messaging.transport._transport_opts)
+
+rpc_opts = [
+    cfg.StrOpt("topic",
+               default="scheduler",
+               help="Message-bus topic the scheduler listens on and clients send to. "
+                    "Every scheduler process of one deployment must use the same "
+                    "topic; give separate deployments sharing a broker separate "
+                    "topics (or separate [DEFAULT] control_exchange)."),
+    cfg.StrOpt("rpc_version_cap",
+               help="Highest scheduler RPC API version clients send, e.g. '1.0'. "
+                    "Set it to the oldest scheduler still running during a rolling "
+                    "upgrade; unset means the client's newest version."),
+    cfg.IntOpt("long_rpc_timeout",
+               default=1800, min=1,
+               help="Seconds a client waits for select_destinations, which can be "
+                    "slow on a large fleet. The daemon sends a heartbeat every "
+                    "[DEFAULT] rpc_response_timeout seconds while it works, so a "
+                    "dead scheduler is still noticed quickly."),
+]
+
+LIST_OPTS = [("scheduler", rpc_opts)]
+
+cfg.CONF.register_opts(rpc_opts, group="scheduler")
+
+
+def get_transport(conf: cfg.ConfigOpts = cfg.CONF,
+                  url: str | None = None) -> oslo_messaging.Transport:
+    """The RPC transport for ``url`` (default: ``[DEFAULT] transport_url``)."""
+    return oslo_messaging.get_rpc_transport(
+        conf, url=url, allowed_remote_exmods=ALLOWED_REMOTE_EXMODS)
+
+
+def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
+               endpoints: list, backend: str) -> oslo_messaging.RPCServer:
+    """An RPC server on ``topic`` / ``server`` with the chosen executor.
+
+    The threading executor is oslo.messaging's default. Naming the eventlet one
+    triggers a deprecation warning aimed at library users; the operator's choice
+    is logged once by the service instead, so the warning is silenced here.
+    """
+    target = oslo_messaging.Target(topic=topic, server=server)
+    kw: dict[str, Any] = {"serializer": ContextSerializer(),
+                          "access_policy": oslo_messaging.DefaultRPCAccessPolicy}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        if backend == "eventlet":
+            kw["executor"] = "eventlet"
+        return oslo_messaging.get_rpc_server(transport, target, endpoints, **kw)
+
+
+def get_client(transport: oslo_messaging.Transport, topic: str, *,
+               version_cap: str | None = None, timeout: float | None = None,
+               retry: int | None = None) -> oslo_messaging.RPCClient:
+    target = oslo_messaging.Target(topic=topic, version="1.0")
+    return oslo_messaging.get_rpc_client(
+        transport, target, version_cap=version_cap, timeout=timeout, retry=retry,
+        serializer=ContextSerializer())
+
+
+def new_context(**kw: Any) -> oslo_context.RequestContext:
+    """A request context for a call; carries the request id into the daemon's logs."""
+    return oslo_context.RequestContext(**kw)
+
+
+class ContextSerializer(oslo_messaging.NoOpSerializer):
+    """Payloads are plain JSON values; contexts travel as dicts."""
+
+    def serialize_context(self, ctxt: Any) -> dict:
+        if isinstance(ctxt, oslo_context.RequestContext):
+            return ctxt.to_dict()
+        return dict(ctxt or {})
+
+    def deserialize_context(self, ctxt: Any) -> oslo_context.RequestContext:
+        if not isinstance(ctxt, dict):
+            ctxt = {}
+        try:
+            return oslo_context.RequestContext.from_dict(ctxt)
+        except Exception:  # a hostile or foreign context must not kill the call
+            return oslo_context.RequestContext()
+
+
+def check_json(value: Any, field: str, *, max_depth: int = 16,
+               max_items: int = 10000, max_str: int = 65536) -> None:
+    """Raise InvalidRequest unless ``value`` is plain, finite, bounded JSON.
+
+    Guards every payload before the typed validation so that a huge list, a NaN,
+    a non-string key or a deeply nested document is refused by name, cheaply.
+    """
+    from scheduler.exception import InvalidRequest
+
+    budget = [max_items]
+
+    def walk(v: Any, path: str, depth: int) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise InvalidRequest(field=field, reason=f"more than {max_items} values")
+        if depth > max_depth:
+            raise InvalidRequest(field=path, reason=f"nested deeper than {max_depth}")
+        if v is None or isinstance(v, bool | int):
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2 ** 63:
+                raise InvalidRequest(field=path, reason="integer out of range")
+            return
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise InvalidRequest(field=path, reason="must be a finite number")
+            return
+        if isinstance(v, str):
+            if len(v) > max_str:
+                raise InvalidRequest(field=path, reason=f"longer than {max_str} characters")
+            return
+        if isinstance(v, list | tuple):
+            for i, item in enumerate(v):
+                walk(item, f"{path}[{i}]", depth + 1)
+            return
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise InvalidRequest(field=path, reason="keys must be strings")
+                walk(item, f"{path}.{k}", depth + 1)
+            return
+        raise InvalidRequest(field=path,
+                             reason=f"{type(v).__name__} is not a JSON value")
+
+    walk(value, field, 0)

@@ -1,0 +1,133 @@
+"""Client side of the scheduler RPC API (the methods of ``scheduler.manager``).
+
+API versions:
+
+* 1.0 - select_destinations, release, reschedule, report_compute_node,
+  report_pci_devices, aggregate_create/update/delete/add_host/remove_host/
+  set_metadata/list, list_hosts, show_host, ping.
+
+Errors raised by the daemon come back as the same ``scheduler.exception``
+types. Payloads are checked to be plain JSON here too, so a value that cannot
+travel is refused locally with ``InvalidRequest`` instead of a transport error.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import oslo_messaging
+from oslo_config import cfg
+
+from scheduler import rpc
+
+_UNSET = object()
+
+
+class SchedulerAPI:
+    """Calls the scheduler daemon over ``[scheduler] topic``.
+
+    ``timeout`` overrides ``[DEFAULT] rpc_response_timeout`` for every call
+    (select_destinations excepted: it waits up to ``[scheduler] long_rpc_timeout``
+    and uses ``timeout`` as its heartbeat interval). ``retry`` bounds how often a
+    lost broker connection is retried before ``MessageDeliveryFailure``
+    (None: forever).
+    """
+
+    VERSION = "1.0"
+
+    def __init__(self, conf: cfg.ConfigOpts = cfg.CONF, *,
+                 transport: oslo_messaging.Transport | None = None,
+                 topic: str | None = None, timeout: float | None = None,
+                 retry: int | None = None) -> None:
+        self.conf = conf
+        self._own_transport = transport is None
+        self.transport = transport or rpc.get_transport(conf)
+        self.timeout = timeout
+        self.client = rpc.get_client(
+            self.transport, topic or conf.scheduler.topic,
+            version_cap=conf.scheduler.rpc_version_cap,
+            timeout=timeout, retry=retry)
+
+    def close(self) -> None:
+        if self._own_transport:
+            self.transport.cleanup()
+
+    def __enter__(self) -> SchedulerAPI:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, ctxt, method: str, **kwargs: Any) -> Any:
+        rpc.check_json(kwargs, "arguments")
+        return self.client.prepare(version="1.0").call(ctxt or rpc.new_context(), method,
+                                                       **kwargs)
+
+    # -- placement --------------------------------------------------------------------
+    def select_destinations(self, ctxt, request_spec: dict,
+                            instance_uuids: list[str] | None = None,
+                            return_alternates: bool = False,
+                            dry_run: bool = False) -> list[list[dict]]:
+        """One list per instance: the chosen host first, then the alternates."""
+        rpc.check_json(request_spec, "request_spec")
+        monitor = self.timeout or self.conf.rpc_response_timeout
+        cctxt = self.client.prepare(version="1.0",
+                                    timeout=self.conf.scheduler.long_rpc_timeout,
+                                    call_monitor_timeout=monitor)
+        return cctxt.call(ctxt or rpc.new_context(), "select_destinations",
+                          request_spec=request_spec, instance_uuids=instance_uuids,
+                          return_alternates=return_alternates, dry_run=dry_run)
+
+    def release(self, ctxt, instance_uuid: str) -> bool:
+        return self._call(ctxt, "release", instance_uuid=instance_uuid)
+
+    def reschedule(self, ctxt, instance_uuid: str, failed_host: str) -> list[dict]:
+        return self._call(ctxt, "reschedule", instance_uuid=instance_uuid,
+                          failed_host=failed_host)
+
+    # -- host reporting ---------------------------------------------------------------
+    def report_compute_node(self, ctxt, node: dict) -> dict:
+        return self._call(ctxt, "report_compute_node", node=node)
+
+    def report_pci_devices(self, ctxt, node: str, devices: list[dict]) -> dict:
+        return self._call(ctxt, "report_pci_devices", node=node, devices=devices)
+
+    # -- aggregates -------------------------------------------------------------------
+    def aggregate_create(self, ctxt, name: str, availability_zone: str | None = None,
+                         metadata: dict | None = None,
+                         hosts: list[str] | None = None) -> dict:
+        return self._call(ctxt, "aggregate_create", name=name,
+                          availability_zone=availability_zone, metadata=metadata,
+                          hosts=hosts)
+
+    def aggregate_update(self, ctxt, name: str, new_name: str | None = None,
+                         availability_zone: Any = _UNSET) -> dict:
+        """``availability_zone=None`` clears the zone; leaving it out keeps it."""
+        kw: dict[str, Any] = {"name": name, "new_name": new_name}
+        if availability_zone is not _UNSET:
+            kw["availability_zone"] = availability_zone
+        return self._call(ctxt, "aggregate_update", **kw)
+
+    def aggregate_delete(self, ctxt, name: str) -> bool:
+        return self._call(ctxt, "aggregate_delete", name=name)
+
+    def aggregate_add_host(self, ctxt, name: str, host: str) -> dict:
+        return self._call(ctxt, "aggregate_add_host", name=name, host=host)
+
+    def aggregate_remove_host(self, ctxt, name: str, host: str) -> dict:
+        return self._call(ctxt, "aggregate_remove_host", name=name, host=host)
+
+    def aggregate_set_metadata(self, ctxt, name: str, metadata: dict) -> dict:
+        return self._call(ctxt, "aggregate_set_metadata", name=name, metadata=metadata)
+
+    def aggregate_list(self, ctxt) -> list[dict]:
+        return self._call(ctxt, "aggregate_list")
+
+    # -- reading ----------------------------------------------------------------------
+    def list_hosts(self, ctxt) -> list[dict]:
+        return self._call(ctxt, "list_hosts")
+
+    def show_host(self, ctxt, name: str) -> dict:
+        return self._call(ctxt, "show_host", name=name)
+
+    def ping(self, ctxt=None) -> dict:
+        return self._call(ctxt, "ping")

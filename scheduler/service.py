@@ -1,0 +1,349 @@
+"""The berth-scheduler daemon: RPC server, workers, signals (DESIGN §2, §6).
+
+One worker is one process: its own database engine, host-state cache,
+FilterScheduler and broker connection, serving ``[scheduler] topic`` with the
+eventlet or threading executor. The generation-guarded claims keep several
+workers (and several scheduler hosts) consistent.
+
+With ``[scheduler] workers`` > 1 the first process becomes a supervisor that
+starts each worker as a fresh interpreter (fork + exec of this same command,
+``BERTH_WORKER_INDEX`` set). Exec rather than a bare fork because a worker must
+monkey-patch eventlet before it imports anything, and eventlet does not survive
+a fork of a patched process with a live hub; it also means nothing (engine
+pools, broker sockets) is ever shared by accident. The supervisor forwards
+SIGTERM and SIGHUP, restarts a worker that dies, and exits 0 once every worker
+has drained.
+
+Signals in a worker: SIGTERM/SIGINT stop taking messages, finish the requests
+in flight (at most ``graceful_shutdown_timeout`` seconds), exit 0 (1 if the
+drain timed out); SIGHUP re-reads the config files and applies the mutable
+options (log levels).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from scheduler import rpc
+
+LOG = logging.getLogger(__name__)
+
+WORKER_ENV = "BERTH_WORKER_INDEX"
+BACKENDS = ("eventlet", "threading")
+
+service_opts = [
+    cfg.StrOpt("host",
+               default=socket.gethostname(),
+               sample_default="<hostname>",
+               help="Name of this scheduler host: its RPC server name, shown by "
+                    "'berth ping'. Must be unique among the scheduler hosts of a "
+                    "deployment."),
+    cfg.StrOpt("concurrency_backend",
+               default="eventlet",
+               choices=[("eventlet", "green threads; eventlet.monkey_patch() runs "
+                                     "before anything else is imported"),
+                        ("threading", "native threads; no monkey-patching")],
+               help="How the daemon runs concurrent RPC requests. eventlet is the "
+                    "default; upstream OpenStack is moving to threading, which is "
+                    "fully supported. The size of the pool is [DEFAULT] "
+                    "executor_thread_pool_size. Read before oslo is imported, so it "
+                    "must be set in a config file, not changed by SIGHUP."),
+]
+
+worker_opts = [
+    cfg.IntOpt("workers",
+               default=1, min=1, max=64,
+               help="Number of scheduler worker processes. Each has its own host-state "
+                    "cache and database connections; claims stay consistent across "
+                    "them. More than one makes the first process a supervisor."),
+    cfg.IntOpt("graceful_shutdown_timeout",
+               default=60, min=0,
+               help="Seconds a worker waits, after SIGTERM, for the requests it is "
+                    "handling to finish before it exits anyway (with status 1). "
+                    "0 waits forever."),
+    cfg.StrOpt("auto_db_sync",
+               default="sqlite",
+               choices=[("sqlite", "apply migrations at startup only when "
+                                   "[database] connection is SQLite, i.e. the "
+                                   "embedded quick start"),
+                        ("always", "apply migrations at startup"),
+                        ("never", "refuse to start unless 'berth-manage db sync' "
+                                  "has been run")],
+               help="Whether the daemon upgrades the database schema when it starts. "
+                    "The default makes the embedded SQLite setup work with no edits; "
+                    "a shared MySQL/MariaDB database is migrated by 'berth-manage db "
+                    "sync' as a deployment step, and the daemon refuses to start on "
+                    "an outdated schema."),
+]
+
+LIST_OPTS = [("DEFAULT", service_opts), ("scheduler", worker_opts)]
+
+cfg.CONF.register_opts(service_opts)
+cfg.CONF.register_opts(worker_opts, group="scheduler")
+
+
+# -- database -----------------------------------------------------------------------
+
+def prepare_database(conf: cfg.ConfigOpts = cfg.CONF) -> None:
+    """Migrate the schema when allowed (``auto_db_sync``), else check it is current."""
+    from db import migration
+    from db.api import Database
+
+    db = Database.from_conf(conf)
+    try:
+        mode = conf.scheduler.auto_db_sync
+        if mode == "always" or (mode == "sqlite" and db.dialect == "sqlite"):
+            before = migration.db_version(db)
+            after = migration.db_sync(db)
+            if before != after:
+                LOG.info("Database schema upgraded from %s to %s", before, after)
+            return
+        current, head = migration.db_version(db), migration.head_revision()
+        if current != head:
+            raise SystemExit(f"berth-scheduler: the database schema is at {current or 'none'}, "
+                             f"this release needs {head}: run 'berth-manage db sync'")
+    finally:
+        db.dispose()
+
+
+# -- one worker ---------------------------------------------------------------------
+
+class SchedulerService:
+    """The RPC server of one worker and everything it serves from.
+
+    ``transport`` may be given (an in-process transport shared with a client,
+    as the demo does when no broker answers); otherwise ``[DEFAULT]
+    transport_url`` is used and owned.
+    """
+
+    def __init__(self, conf: cfg.ConfigOpts = cfg.CONF, *, backend: str | None = None,
+                 worker: int = 0, transport=None, scheduler=None, db=None) -> None:
+        self.conf = conf
+        self.backend = backend or conf.concurrency_backend
+        self.worker = worker
+        self._transport = transport
+        self._own_transport = transport is None
+        self._scheduler = scheduler
+        self._db = db
+        self.server = None
+        self.manager = None
+
+    def start(self) -> None:
+        from db.api import Database
+        from scheduler.manager import SchedulerManager
+
+        if self._db is None:
+            self._db = Database.from_conf(self.conf)
+        if self._scheduler is None:
+            from scheduler.filter_scheduler import FilterScheduler
+            from scheduler.host_manager import HostManager
+
+            self._scheduler = FilterScheduler(HostManager(self._db, self.conf), self.conf)
+        self.manager = SchedulerManager(self._db, self._scheduler, self.conf,
+                                        backend=self.backend, worker=self.worker)
+        if self._transport is None:
+            self._transport = rpc.get_transport(self.conf)
+        self.server = rpc.get_server(self._transport, self.conf.scheduler.topic,
+                                     self.conf.host, [self.manager], self.backend)
+        self.server.start()
+        LOG.info("Scheduler worker %d (pid %d) serving topic %r as %r with the %s backend",
+                 self.worker, os.getpid(), self.conf.scheduler.topic, self.conf.host,
+                 self.backend)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop taking messages and wait for the ones in flight.
+
+        Returns False when they did not finish within ``timeout`` seconds
+        (None or 0: wait as long as they take).
+        """
+        if self.server is None:
+            return True
+        LOG.info("Scheduler worker %d stopping: no new requests, draining those in flight",
+                 self.worker)
+        self.server.stop()
+        waiter = threading.Thread(target=self.server.wait, name="drain", daemon=True)
+        waiter.start()
+        waiter.join(timeout or None)
+        drained = not waiter.is_alive()
+        if drained:
+            LOG.info("Scheduler worker %d drained", self.worker)
+            if self._own_transport:
+                self._transport.cleanup()
+            if self._db is not None:
+                self._db.dispose()
+        else:
+            LOG.error("Scheduler worker %d: requests still running after %ss; exiting "
+                      "anyway (each claim is one transaction: none is half-written)",
+                      self.worker, timeout)
+        self.server = None
+        return drained
+
+
+class _Signals:
+    """Flags set by signal handlers and polled by the main loop.
+
+    Handlers only set flags: under eventlet they run inside the hub, where
+    nothing may block or switch.
+    """
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.reload = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_reload)
+
+    def _on_stop(self, signum, frame) -> None:
+        self.stop = True
+
+    def _on_reload(self, signum, frame) -> None:
+        self.reload = True
+
+
+def reload_config(conf: cfg.ConfigOpts = cfg.CONF) -> None:
+    """Re-read the config files and apply the mutable options (oslo.log's levels)."""
+    try:
+        conf.mutate_config_files()
+        LOG.info("Configuration reloaded")
+    except Exception:
+        LOG.exception("Reloading the configuration failed; keeping the old values")
+
+
+def run_worker(conf: cfg.ConfigOpts = cfg.CONF, worker: int = 0,
+               supervisor_pid: int | None = None) -> int:
+    """Serve until SIGTERM; returns the exit status."""
+    signals = _Signals()
+    signals.install()
+    service = SchedulerService(conf, worker=worker)
+    service.start()
+    while not signals.stop:
+        time.sleep(0.1)
+        if signals.reload:
+            signals.reload = False
+            reload_config(conf)
+        if supervisor_pid is not None and os.getppid() != supervisor_pid:
+            LOG.error("Supervisor %d is gone; worker %d shutting down", supervisor_pid, worker)
+            break
+    return 0 if service.stop(conf.scheduler.graceful_shutdown_timeout) else 1
+
+
+# -- several workers ----------------------------------------------------------------
+
+class Supervisor:
+    """Starts ``workers`` worker processes and keeps them running until SIGTERM."""
+
+    RESTART_DELAY = 1.0
+    MAX_QUICK_DEATHS = 3   # a worker dying this often within QUICK seconds of start
+    QUICK = 5.0
+
+    def __init__(self, conf: cfg.ConfigOpts, argv: list[str]) -> None:
+        self.conf = conf
+        self.argv = argv
+        self.children: dict[int, tuple[subprocess.Popen, float]] = {}
+        self.quick_deaths = 0
+
+    def _spawn(self, index: int) -> None:
+        env = dict(os.environ, **{WORKER_ENV: str(index),
+                                  "BERTH_SUPERVISOR_PID": str(os.getpid())})
+        cmd = [sys.executable, "-m", "scheduler.cmd.scheduler", *self.argv]
+        proc = subprocess.Popen(cmd, env=env)
+        self.children[index] = (proc, time.monotonic())
+        LOG.info("Started scheduler worker %d (pid %d)", index, proc.pid)
+
+    def _signal_all(self, signum: int) -> None:
+        for proc, _ in self.children.values():
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    def run(self) -> int:
+        signals = _Signals()
+        signals.install()
+        for i in range(self.conf.scheduler.workers):
+            self._spawn(i)
+        status = 0
+        while self.children:
+            time.sleep(0.1)
+            if signals.reload:
+                signals.reload = False
+                reload_config(self.conf)
+                self._signal_all(signal.SIGHUP)
+            if signals.stop:
+                return self._shutdown()
+            for index, (proc, started) in list(self.children.items()):
+                code = proc.poll()
+                if code is None:
+                    continue
+                del self.children[index]
+                quick = time.monotonic() - started < self.QUICK
+                self.quick_deaths = self.quick_deaths + 1 if quick else 0
+                if self.quick_deaths >= self.MAX_QUICK_DEATHS:
+                    LOG.error("Scheduler workers keep dying at startup (last status %s); "
+                              "giving up", code)
+                    self._signal_all(signal.SIGTERM)
+                    self._shutdown()
+                    return 1
+                LOG.error("Scheduler worker %d (pid %d) exited with status %s; restarting",
+                          index, proc.pid, code)
+                time.sleep(self.RESTART_DELAY)
+                self._spawn(index)
+        return status
+
+    def _shutdown(self) -> int:
+        """Forward SIGTERM, wait for every worker to drain; 0 if all exited 0."""
+        LOG.info("Stopping %d scheduler workers", len(self.children))
+        self._signal_all(signal.SIGTERM)
+        grace = self.conf.scheduler.graceful_shutdown_timeout
+        deadline = time.monotonic() + grace + 10 if grace else None
+        status = 0
+        for proc, _ in self.children.values():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                code = proc.wait(left)
+            except subprocess.TimeoutExpired:
+                LOG.error("Scheduler worker pid %d did not stop; killing it", proc.pid)
+                proc.kill()
+                code = proc.wait()
+            status = status or (1 if code else 0)
+        self.children.clear()
+        return status
+
+
+# -- entry point --------------------------------------------------------------------
+
+def setup(argv: list[str]) -> None:
+    """Parse the command line and config files into ``cfg.CONF``; start logging."""
+    logging.register_options(cfg.CONF)
+    cfg.CONF(argv, project="berth", prog="berth-scheduler")
+    logging.setup(cfg.CONF, "berth")
+
+
+def main(argv: list[str], early_backend: str) -> int:
+    """Run the daemon; ``early_backend`` is what the entry point patched for."""
+    setup(argv)
+    conf = cfg.CONF
+    if conf.concurrency_backend != early_backend:
+        LOG.error("concurrency_backend is %r in the parsed configuration but %r was "
+                  "read before start-up; set it in a --config-file, not elsewhere",
+                  conf.concurrency_backend, early_backend)
+        return 2
+    index = os.environ.get(WORKER_ENV)
+    if index is not None:
+        parent = os.environ.get("BERTH_SUPERVISOR_PID")
+        return run_worker(conf, int(index), int(parent) if parent else None)
+    if early_backend == "eventlet":
+        LOG.info("Using the eventlet backend (upstream oslo.messaging deprecates it; "
+                 "concurrency_backend = threading is the supported alternative)")
+    prepare_database(conf)
+    if conf.scheduler.workers == 1:
+        return run_worker(conf)
+    return Supervisor(conf, argv).run()

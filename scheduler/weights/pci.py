@@ -1,0 +1,31 @@
+"""PCIWeigher: keep scarce PCI devices for the requests that need them."""
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from scheduler.weights import BaseWeigher
+
+opts = [
+    cfg.FloatOpt("pci_weight_multiplier", default=1.0, min=0.0,
+                 help="Multiplier for PCIWeigher. Requests without PCI devices prefer "
+                      "hosts with fewer free devices (ideally none); requests with PCI "
+                      "devices prefer hosts where fewer free devices remain afterwards. "
+                      "Must be >= 0; 0 disables it. Aggregate metadata key "
+                      "pci_weight_multiplier overrides it per host."),
+]
+cfg.CONF.register_opts(opts, group="filter_scheduler")
+LIST_OPTS = [("filter_scheduler", opts)]
+
+
+class PCIWeigher(BaseWeigher):
+    multiplier_option = "pci_weight_multiplier"
+    aggregate_multiplier_key = "pci_weight_multiplier"
+
+    def weigh(self, host, spec, ctx) -> float:
+        free = 0
+        for pool in host.pci_pools:
+            free += pool.count
+        if spec.pci_requests:
+            wanted = sum(r.count for r in spec.pci_requests)
+            return -float(max(free - wanted, 0))
+        return -float(free)

@@ -1,0 +1,294 @@
+"""PCI rows on SQLite and MariaDB: pools by GROUP BY, claims, races, release, reports."""
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from db import models
+from db import pci as db_pci
+from pci.device import PciDevice
+from pci.errors import PciClaimConflict
+from pci.matching import apply_requests
+from pci.pools import PciPool, PoolKey, pools_from_devices
+from pci.request import PciRequest
+
+PF0 = "0000:81:00.0"
+PF1 = "0000:82:00.0"
+
+
+def add_node(db, name: str) -> int:
+    with db.writer() as s:
+        row = models.ComputeNode(uuid=str(uuid.uuid4()), host=name, hypervisor_hostname=name,
+                                 vcpus=8, memory_mb=8192, local_gb=100,
+                                 cpu_allocation_ratio=1.0, ram_allocation_ratio=1.0,
+                                 disk_allocation_ratio=1.0)
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def sriov_devices() -> list[PciDevice]:
+    """Two PFs (NUMA 0 and 1) with two VFs each on physnet1, and a GPU with no NUMA."""
+    devs = []
+    for numa, pf in enumerate((PF0, PF1)):
+        devs.append(PciDevice(pf, "8086", "1572", "type-PF", None, numa))
+        for fn in (1, 2):
+            devs.append(PciDevice(pf[:-4] + f"02.{fn}", "8086", "154c", "type-VF", pf, numa,
+                                  "physnet1"))
+    devs.append(PciDevice("0000:03:00.0", "10de", "1eb8", "type-PCI", None, None))
+    return devs
+
+
+@pytest.fixture
+def node(any_db):
+    node_id = add_node(any_db, "compute-1")
+    with any_db.writer() as s:
+        db_pci.report_devices(s, node_id, sriov_devices())
+    return any_db, node_id
+
+
+def vf_key(numa):
+    return PoolKey("8086", "154c", "type-VF", numa, "physnet1")
+
+
+def pf_key(numa):
+    return PoolKey("8086", "1572", "type-PF", numa, None)
+
+
+def statuses(db, node_id):
+    with db.reader() as s:
+        return {d.address: d.status for d in db_pci.devices_for_node(s, node_id)}
+
+
+class TestPools:
+    def test_pools_from_group_by(self, node):
+        db, node_id = node
+        with db.reader_connection() as conn:
+            pools = db_pci.pools_for_nodes(conn)
+        assert pools == {node_id: (
+            PciPool(PoolKey("10de", "1eb8", "type-PCI", None, None), 1),
+            PciPool(vf_key(0), 2), PciPool(vf_key(1), 2),
+            PciPool(pf_key(0), 1), PciPool(pf_key(1), 1))}
+        with db.reader() as s:
+            assert pools[node_id] == pools_from_devices(db_pci.devices_for_node(s, node_id))
+
+    def test_per_node_and_empty_nodes(self, node):
+        db, node_id = node
+        other = add_node(db, "compute-2")
+        with db.reader() as s:
+            by_id = db_pci.pools_for_nodes(s, [node_id, other])
+            assert set(db_pci.pools_for_nodes(s)) == {node_id}
+            assert db_pci.pools_for_nodes(s, []) == {}
+        assert by_id[other] == () and len(by_id[node_id]) == 5
+
+    def test_many_nodes_in_chunks(self, any_db, monkeypatch):
+        monkeypatch.setattr(db_pci, "_IN_CHUNK", 2)
+        ids = [add_node(any_db, f"c{i}") for i in range(5)]
+        with any_db.writer() as s:
+            for i, node_id in enumerate(ids):
+                db_pci.report_devices(s, node_id, sriov_devices()[: i + 1])
+        with any_db.reader() as s:
+            pools = db_pci.pools_for_nodes(s, ids)
+            assert pools == db_pci.pools_for_nodes(s)
+        assert [sum(p.count for p in pools[i]) for i in ids] == [1, 2, 3, 4, 5]
+        # Equal keys are one object shared by every node.
+        shared = {p.key: p.key for p in pools[ids[4]]}
+        assert all(p.key is shared[p.key] for i in ids for p in pools[i])
+
+
+class TestClaims:
+    def test_claim_vf_makes_pf_unclaimable(self, node):
+        db, node_id = node
+        with db.writer() as s:
+            addrs = db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(0), 1)])
+        assert addrs == ["0000:81:02.1"]
+        st = statuses(db, node_id)
+        assert st[PF0] == "unclaimable" and st["0000:81:02.1"] == "claimed"
+        with db.reader() as s:
+            dev = next(d for d in db_pci.devices_for_node(s, node_id) if d.address == addrs[0])
+            assert (dev.instance_uuid, dev.request_id) == ("i1", "r1")
+            assert PciPool(pf_key(0), 1) not in db_pci.pools_for_nodes(s)[node_id]
+
+    def test_vfs_pack_on_a_used_pf(self, node):
+        db, node_id = node
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(0), 1)])
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i2", [("r2", vf_key(0), 1)])
+        assert statuses(db, node_id)[PF0] == "unclaimable"
+
+    def test_claim_pf_makes_vfs_unclaimable(self, node):
+        db, node_id = node
+        with db.writer() as s:
+            assert db_pci.claim_devices(s, node_id, "i1", [("r1", pf_key(1), 1)]) == [PF1]
+        st = statuses(db, node_id)
+        assert st[PF1] == "claimed"
+        assert st["0000:82:02.1"] == st["0000:82:02.2"] == "unclaimable"
+
+    def test_pf_and_vf_picks_in_one_claim(self, node):
+        db, node_id = node
+        with db.writer() as s:
+            addrs = db_pci.claim_devices(s, node_id, "i1",
+                                         [("r1", vf_key(0), 1), ("r2", pf_key(1), 1)])
+        assert addrs == ["0000:81:02.1", PF1]
+
+    def test_pf_and_its_own_vf_in_one_claim_conflict(self, node):
+        # Pools cannot see that PF0 and its VFs are one card: the claim can.
+        db, node_id = node
+        with pytest.raises(PciClaimConflict), db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(0), 1), ("r2", pf_key(0), 1)])
+
+    def test_pf_with_vf_in_use_conflicts(self, node):
+        db, node_id = node
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(1), 1)])
+        with pytest.raises(PciClaimConflict), db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i2", [("r2", pf_key(1), 1)])
+
+    def test_conflict_rolls_back_everything(self, node):
+        db, node_id = node
+        before = statuses(db, node_id)
+        with pytest.raises(PciClaimConflict), db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(0), 1),
+                                                    ("r2", vf_key(1), 3)])
+        assert statuses(db, node_id) == before
+
+    def test_stale_read_loses_the_last_device(self, node, monkeypatch):
+        """Two schedulers chose the same last device: the guarded UPDATE lets one win."""
+        db, node_id = node
+        gpu = PoolKey("10de", "1eb8", "type-PCI", None, None)
+        with db.reader() as s:
+            stale = db_pci._read_devices(s, node_id)
+        with db.writer() as s:
+            assert db_pci.claim_devices(s, node_id, "i1", [("r1", gpu, 1)])
+        monkeypatch.setattr(db_pci, "_read_devices", lambda *a, **kw: stale)
+        with pytest.raises(PciClaimConflict), db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i2", [("r2", gpu, 1)])
+        with db.reader() as s:
+            owners = s.execute(sa.select(models.PciDevice.instance_uuid).where(
+                models.PciDevice.status == "claimed")).scalars().all()
+        assert owners == ["i1"]
+
+    def test_stale_read_cannot_claim_pf_under_a_new_vf_claim(self, node, monkeypatch):
+        db, node_id = node
+        with db.reader() as s:
+            stale = db_pci._read_devices(s, node_id)
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(0), 1)])
+        monkeypatch.setattr(db_pci, "_read_devices", lambda *a, **kw: stale)
+        with pytest.raises(PciClaimConflict), db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i2", [("r2", pf_key(0), 1)])
+
+    def test_concurrent_claims_for_the_last_device(self, node):
+        db, node_id = node
+        gpu = PoolKey("10de", "1eb8", "type-PCI", None, None)
+        barrier = threading.Barrier(8)
+        outcome: dict[str, object] = {}
+
+        def claim(n):
+            instance = f"i{n}"
+            barrier.wait()
+            try:
+                with db.writer() as s:
+                    outcome[instance] = db_pci.claim_devices(s, node_id, instance,
+                                                             [("r", gpu, 1)])
+            except PciClaimConflict:
+                outcome[instance] = "conflict"
+            except Exception as exc:
+                outcome[instance] = type(exc).__name__
+
+        threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [i for i, v in outcome.items() if isinstance(v, list)]
+        assert len(winners) == 1, outcome
+        losers = {v for i, v in outcome.items() if i not in winners}
+        # SQLite refuses a second writer outright ("database is locked"); MariaDB
+        # makes it wait on the row lock, then it finds the device taken.
+        allowed = {"conflict"} if db.dialect != "sqlite" else {"conflict", "OperationalError"}
+        assert losers <= allowed, outcome
+        with db.reader() as s:
+            owners = s.execute(sa.select(models.PciDevice.instance_uuid).where(
+                models.PciDevice.status == "claimed")).scalars().all()
+        assert owners == winners
+
+    def test_matching_picks_feed_the_claim(self, node):
+        db, node_id = node
+        with db.reader() as s:
+            pools = db_pci.pools_for_nodes(s, [node_id])[node_id]
+        reqs = [PciRequest(3, ({"vendor_id": "8086", "product_id": "154c"},), "nic",
+                           "preferred", "r-nic")]
+        new_pools, picks = apply_requests(pools, reqs, numa_cells={1})
+        with db.writer() as s:
+            addrs = db_pci.claim_devices(
+                s, node_id, "i1", [(reqs[r].request_id, key, n) for r, key, n in picks])
+        assert len(addrs) == 3
+        with db.reader() as s:
+            after = db_pci.pools_for_nodes(s, [node_id])[node_id]
+        # Both PFs now have a VF in use, so they left their pools too.
+        assert after == tuple(p for p in new_pools if p.key.dev_type != "type-PF")
+
+
+class TestRelease:
+    def test_release_restores_everything(self, node):
+        db, node_id = node
+        before = statuses(db, node_id)
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(0), 2), ("r2", pf_key(1), 1)])
+        with db.writer() as s:
+            released = db_pci.release_devices(s, "i1")
+        assert released == sorted([PF1, "0000:81:02.1", "0000:81:02.2"])
+        assert statuses(db, node_id) == before
+        with db.writer() as s:
+            assert db_pci.release_devices(s, "i1") == []
+
+    def test_release_keeps_pf_while_a_sibling_is_used(self, node):
+        db, node_id = node
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", vf_key(0), 1)])
+            db_pci.claim_devices(s, node_id, "i2", [("r2", vf_key(0), 1)])
+        with db.writer() as s:
+            db_pci.release_devices(s, "i1")
+        st = statuses(db, node_id)
+        assert st[PF0] == "unclaimable"
+        with db.writer() as s:
+            db_pci.release_devices(s, "i2")
+        assert statuses(db, node_id)[PF0] == "available"
+
+
+class TestReport:
+    def generation(self, db, node_id):
+        with db.reader() as s:
+            return s.get(models.ComputeNode, node_id).generation
+
+    def test_report_is_idempotent(self, node):
+        db, node_id = node
+        gen = self.generation(db, node_id)
+        with db.writer() as s:
+            assert db_pci.report_devices(s, node_id, sriov_devices()).empty
+        assert self.generation(db, node_id) == gen
+
+    def test_report_updates_removes_and_keeps_claims(self, node):
+        db, node_id = node
+        gen = self.generation(db, node_id)
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r1", pf_key(1), 1)])
+        reported = [d for d in sriov_devices() if d.address not in (PF1, "0000:03:00.0")]
+        reported.append(PciDevice("0000:04:00.0", "10de", "1eb8", "type-PCI", None, 1))
+        with db.writer() as s:
+            plan = db_pci.report_devices(s, node_id, reported)
+        assert [d.address for d in plan.add] == ["0000:04:00.0"]
+        assert plan.remove == ("0000:03:00.0",)
+        assert plan.warnings and PF1 in plan.warnings[0]
+        st = statuses(db, node_id)
+        assert st[PF1] == "claimed" and st["0000:03:00.0"] == "removed"
+        assert st["0000:82:02.1"] == "unclaimable"
+        assert self.generation(db, node_id) == gen + 1
+        with db.reader() as s:
+            gpus = [p for p in db_pci.pools_for_nodes(s)[node_id] if p.key.vendor_id == "10de"]
+        assert gpus == [PciPool(PoolKey("10de", "1eb8", "type-PCI", 1, None), 1)]

@@ -1,0 +1,58 @@
+import pytest
+from oslo_config import cfg
+
+from scheduler.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
+from tests.unit.scheduler import fakes
+
+
+def _passes(host, extra_specs):
+    return AggregateInstanceExtraSpecsFilter(cfg.CONF).host_passes(
+        host, fakes.fake_spec(extra_specs=extra_specs), fakes.ctx())
+
+
+def _host(*metadata):
+    return fakes.fake_host(aggregates=list(metadata))
+
+
+def test_no_checked_specs_passes_any_host():
+    assert _passes(_host(), {}) is None
+    assert _passes(_host(), {"hw:cpu_policy": "dedicated",
+                             "capabilities:hypervisor_type": "QEMU"}) is None
+
+
+@pytest.mark.parametrize("specs", [
+    {"aggregate_instance_extra_specs:ssd": "true"},
+    {"ssd": "true"},                                            # unscoped keys count too
+    {"aggregate_instance_extra_specs:cores": ">= 16"},
+    {"aggregate_instance_extra_specs:tier": "<or> gold <or> platinum"},
+    {"aggregate_instance_extra_specs:gpu": "a100"},             # one of a comma list
+    {"aggregate_instance_extra_specs:ssd": "s== true", "cores": "= 8"},
+])
+def test_satisfied(specs):
+    host = _host({"ssd": "true", "cores": "32"}, {"tier": "gold", "gpu": "v100, a100"})
+    assert _passes(host, specs) is None
+
+
+@pytest.mark.parametrize("key,req", [
+    ("aggregate_instance_extra_specs:ssd", "false"),
+    ("ssd", "false"),
+    ("aggregate_instance_extra_specs:cores", ">= 64"),
+    ("aggregate_instance_extra_specs:missing", "x"),
+    ("missing", "x"),
+])
+def test_not_satisfied_and_reason(key, req):
+    host = _host({"ssd": "true", "cores": "32"})
+    assert _passes(host, {key: req}) == f"aggregate metadata does not satisfy {key}='{req}'"
+
+
+def test_host_without_aggregates_fails_checked_specs():
+    assert _passes(_host(), {"ssd": "true"}) == "aggregate metadata does not satisfy ssd='true'"
+
+
+def test_any_aggregate_value_may_match():
+    host = _host({"ssd": "false"}, {"ssd": "true"})
+    assert _passes(host, {"ssd": "true"}) is None
+
+
+def test_once_per_request():
+    assert AggregateInstanceExtraSpecsFilter.run_filter_once_per_request

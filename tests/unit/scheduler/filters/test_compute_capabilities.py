@@ -1,0 +1,110 @@
+import pytest
+from oslo_config import cfg
+
+from scheduler.filters.compute_capabilities import ComputeCapabilitiesFilter
+from tests.unit.scheduler import fakes
+
+
+def _passes(host, extra_specs):
+    return ComputeCapabilitiesFilter(cfg.CONF).host_passes(
+        host, fakes.fake_spec(extra_specs=extra_specs), fakes.ctx())
+
+
+def _host(**attrs):
+    attrs.setdefault("cpu_info", {"arch": "x86_64", "vendor": "Intel",
+                                  "features": ["avx2", "sse4_2"], "topology": {"cores": 8}})
+    attrs.setdefault("stats", {"tier": "gold", "ssd": "true"})
+    return fakes.fake_host(**attrs)
+
+
+def test_no_extra_specs_passes():
+    assert _passes(_host(), {}) is None
+
+
+@pytest.mark.parametrize("specs", [
+    {"capabilities:hypervisor_type": "QEMU"},
+    {"capabilities:hypervisor_type": "s== QEMU"},
+    {"capabilities:hypervisor_version": ">= 8000000"},
+    {"capabilities:vcpus": "= 8"},
+    {"capabilities:vcpus_total": "= 8"},                   # Nova's name
+    {"capabilities:free_ram_mb": ">= 16384"},
+    {"capabilities:cpu_info:vendor": "Intel"},
+    {"capabilities:cpu_info:features": "<in> avx2"},
+    {"capabilities:cpu_info:features": "<all-in> avx2 sse4_2"},
+    {"capabilities:cpu_info:topology:cores": ">= 8"},
+    {"capabilities:tier": "<or> silver <or> gold"},          # from stats
+    {"capabilities:stats:tier": "gold"},
+    {"tier": "gold"},                                        # unscoped: a stats key
+    {"hypervisor_type": "QEMU"},                             # unscoped: an attribute
+    {"ssd": "true", "capabilities:hypervisor_type": "QEMU"},
+    {"no_such_thing": "1"},                                  # unscoped unknown: ignored
+    {"hw:cpu_policy": "dedicated"},                          # other scope: ignored
+    {"aggregate_instance_extra_specs:ssd": "false"},         # other scope: ignored
+])
+def test_satisfied(specs):
+    assert _passes(_host(), specs) is None
+
+
+@pytest.mark.parametrize("key,req", [
+    ("capabilities:hypervisor_type", "Xen"),
+    ("capabilities:hypervisor_version", ">= 9000000"),
+    ("capabilities:vcpus", "= 16"),
+    ("capabilities:cpu_info:features", "<in> avx512f"),
+    ("capabilities:cpu_info:vendor", "s== AMD"),
+    ("capabilities:cpu_info:nothing", "1"),                 # missing nested key
+    ("capabilities:missing", "1"),                          # scoped unknown: fails
+    ("capabilities:tier", "silver"),
+    ("tier", "silver"),
+    ("capabilities:cpu_info:vendor:deeper", "x"),           # walking into a string
+])
+def test_not_satisfied_and_reason(key, req):
+    assert _passes(_host(), {key: req}) == f"extra spec {key}='{req}' not satisfied"
+
+
+def test_first_failing_spec_is_the_reason():
+    reason = _passes(_host(), {"capabilities:hypervisor_type": "QEMU",
+                               "capabilities:vcpus": "= 64"})
+    assert reason == "extra spec capabilities:vcpus='= 64' not satisfied"
+
+
+def test_json_string_values_are_walked():
+    host = _host(stats={"gpu": '{"model": "a100", "count": 4}'})
+    assert _passes(host, {"capabilities:gpu:model": "a100"}) is None
+    assert _passes(host, {"capabilities:gpu:count": ">= 8"}) is not None
+
+
+def test_attribute_none_falls_back_to_stats():
+    host = _host(hypervisor_type=None, stats={"hypervisor_type": "QEMU"})
+    assert _passes(host, {"capabilities:hypervisor_type": "QEMU"}) is None
+
+
+def test_unset_attribute_fails():
+    host = _host(hypervisor_type=None, stats={})
+    assert _passes(host, {"hypervisor_type": "QEMU"}) == \
+        "extra spec hypervisor_type='QEMU' not satisfied"
+
+
+def test_unscoped_stats_key_checked_only_on_hosts_that_have_it():
+    filt = ComputeCapabilitiesFilter(cfg.CONF)
+    spec = fakes.fake_spec(extra_specs={"tier": "gold"})
+    assert filt.host_passes(_host(stats={}), spec, fakes.ctx()) is None
+    assert filt.host_passes(_host(stats={"tier": "silver"}), spec, fakes.ctx()) is not None
+
+
+def test_methods_and_private_attributes_are_not_capabilities():
+    assert _passes(_host(), {"capabilities:lock": "x"}) is not None
+    assert _passes(_host(), {"capabilities:_lock_name": "x"}) is not None
+    assert _passes(_host(), {"lock": "x"}) is None     # unscoped unknown: ignored
+
+
+def test_parsed_once_per_spec():
+    filt = ComputeCapabilitiesFilter(cfg.CONF)
+    spec = fakes.fake_spec(extra_specs={"capabilities:vcpus": "= 8"})
+    first = filt.requirements(spec)
+    assert filt.requirements(spec) is first
+    other = fakes.fake_spec(extra_specs={"capabilities:vcpus": "= 8"})
+    assert filt.requirements(other) is not first
+
+
+def test_usage_counters_make_it_per_instance():
+    assert not ComputeCapabilitiesFilter.run_filter_once_per_request

@@ -1,0 +1,55 @@
+import pytest
+from oslo_config import cfg
+
+from scheduler.filters.aggregate_disk import AggregateDiskFilter
+from scheduler.filters.disk import DiskFilter
+from tests.unit.scheduler import fakes
+
+
+@pytest.mark.parametrize("used_mb,ratio,reserved_mb,root_gb,ok", [
+    (0, 1.0, 0, 100, True),
+    (1, 1.0, 0, 100, False),
+    (102400, 2.0, 0, 100, True),       # overcommit for the second instance
+    (102400, 2.0, 0, 101, False),      # never more than the physical disk for one
+    (0, 1.0, 10240, 90, True),
+    (0, 1.0, 10240, 91, False),
+])
+def test_disk_limit(used_mb, ratio, reserved_mb, root_gb, ok):
+    host = fakes.fake_host(local_gb=100, disk_mb_used=used_mb, disk_allocation_ratio=ratio,
+                           reserved_host_disk_mb=reserved_mb)
+    reason = DiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=root_gb),
+                                              fakes.ctx())
+    assert (reason is None) is ok
+
+
+def test_counts_ephemeral_and_swap():
+    host = fakes.fake_host(local_gb=10)
+    spec = fakes.fake_spec(root_gb=5, ephemeral_gb=4, swap=1024)
+    assert DiskFilter(cfg.CONF).host_passes(host, spec, fakes.ctx()) is None
+    spec = fakes.fake_spec(root_gb=5, ephemeral_gb=4, swap=1025)
+    assert DiskFilter(cfg.CONF).host_passes(host, spec, fakes.ctx()) == \
+        "insufficient disk: need 10241 MB"
+
+
+def test_reason_text():
+    host = fakes.fake_host(local_gb=10)
+    reason = DiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=20), fakes.ctx())
+    assert reason == "insufficient disk: need 20480 MB"
+
+
+def test_aggregate_ratio():
+    host = fakes.fake_host(local_gb=100, disk_mb_used=102400, disk_allocation_ratio=1.0,
+                           aggregates=[{"disk_allocation_ratio": "1.5"}])
+    filt = AggregateDiskFilter(cfg.CONF)
+    assert filt.host_passes(host, fakes.fake_spec(root_gb=50), fakes.ctx()) is None
+    assert filt.host_passes(host, fakes.fake_spec(root_gb=51), fakes.ctx()) == \
+        "insufficient disk: need 52224 MB"
+    assert DiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=50),
+                                            fakes.ctx()) is not None
+
+
+def test_aggregate_still_caps_one_instance_at_physical_disk():
+    host = fakes.fake_host(local_gb=100, aggregates=[{"disk_allocation_ratio": "10"}])
+    reason = AggregateDiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=101),
+                                                       fakes.ctx())
+    assert reason == "insufficient disk: need 103424 MB"

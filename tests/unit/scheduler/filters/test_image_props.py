@@ -1,0 +1,90 @@
+import pytest
+from oslo_config import cfg
+
+from scheduler.filters.image_props import (
+    ImagePropertiesFilter,
+    hypervisor_version_tuple,
+    parse_version_requirement,
+)
+from tests.unit.scheduler import fakes
+
+
+def _passes(host, **props):
+    return ImagePropertiesFilter(cfg.CONF).host_passes(
+        host, fakes.fake_spec(image={"properties": props}), fakes.ctx())
+
+
+def _host(**attrs):
+    attrs.setdefault("supported_instances", [("x86_64", "kvm", "hvm"), ("i686", "kvm", "hvm")])
+    attrs.setdefault("hypervisor_version", 8002000)
+    return fakes.fake_host(**attrs)
+
+
+def test_no_relevant_properties_passes_every_host():
+    assert _passes(_host(supported_instances=[]), hw_disk_bus="virtio") is None
+
+
+@pytest.mark.parametrize("props", [
+    {"hw_architecture": "x86_64"},
+    {"hw_architecture": "amd64"},                     # canonicalised
+    {"hw_architecture": "i386"},
+    {"hw_architecture": "X86_64", "img_hv_type": "KVM", "hw_vm_mode": "HVM"},
+    {"img_hv_type": "kvm", "hw_vm_mode": "hv"},
+    {"hw_architecture": "x86_64", "img_hv_requested_version": ">=8.0, <9"},
+    {"img_hv_requested_version": "==8.2"},
+    {"hypervisor_version_requires": ">= 8.2.0"},      # the older property name
+])
+def test_supported(props):
+    assert _passes(_host(), **props) is None
+
+
+@pytest.mark.parametrize("props,reason", [
+    ({"hw_architecture": "aarch64"},
+     "image properties not supported: hw_architecture=aarch64"),
+    ({"hw_architecture": "x86_64", "img_hv_type": "xen"},
+     "image properties not supported: hw_architecture=x86_64, img_hv_type=xen"),
+    ({"hw_vm_mode": "pv"},
+     "image properties not supported: hw_vm_mode=xen"),
+    ({"hw_architecture": "x86_64", "img_hv_requested_version": ">=9.0"},
+     "image properties not supported: hw_architecture=x86_64, "
+     "img_hv_requested_version=>=9.0"),
+    ({"img_hv_requested_version": "<8.2"},
+     "image properties not supported: img_hv_requested_version=<8.2"),
+    ({"img_hv_requested_version": "newest please"},
+     "invalid image property img_hv_requested_version: 'newest please'"),
+])
+def test_not_supported_and_reason(props, reason):
+    assert _passes(_host(), **props) == reason
+
+
+def test_host_without_supported_instances_fails():
+    assert _passes(_host(supported_instances=[]), hw_architecture="x86_64") == \
+        "image properties not supported: hw_architecture=x86_64"
+
+
+def test_values_must_come_from_one_entry():
+    host = _host(supported_instances=[("x86_64", "kvm", "hvm"), ("aarch64", "qemu", "hvm")])
+    assert _passes(host, hw_architecture="aarch64", img_hv_type="qemu") is None
+    assert _passes(host, hw_architecture="aarch64", img_hv_type="kvm") is not None
+
+
+def test_unknown_hypervisor_version_passes_version_check():
+    assert _passes(_host(hypervisor_version=None), img_hv_requested_version=">=9") is None
+
+
+@pytest.mark.parametrize("version,expected", [
+    (8002000, (8, 2)), (6000000, (6,)), (1002003, (1, 2, 3)), (0, (0,)), (7, (7,)),
+])
+def test_hypervisor_version_tuple(version, expected):
+    assert hypervisor_version_tuple(version) == expected
+
+
+def test_version_requirement():
+    check = parse_version_requirement(">= 6.0, < 7, != 6.1")
+    assert [check(v) for v in (5009000, 6000000, 6001000, 6002005, 7000000)] == \
+        [False, True, False, True, False]
+    assert parse_version_requirement("~6") is None
+
+
+def test_once_per_request():
+    assert ImagePropertiesFilter.run_filter_once_per_request

@@ -1,0 +1,70 @@
+import pytest
+from oslo_config import cfg
+
+from scheduler.filters.aggregate_ram import AggregateRamFilter
+from scheduler.filters.ram import RamFilter
+from tests.unit.scheduler import fakes
+
+
+@pytest.mark.parametrize("used,ratio,reserved,request_mb,ok", [
+    (0, 1.0, 0, 16384, True),            # exactly full
+    (0, 1.0, 0, 16385, False),
+    (8192, 1.0, 0, 8192, True),
+    (8192, 1.0, 0, 8193, False),
+    (16384, 1.5, 0, 8192, True),          # overcommit: limit 24576
+    (16384, 1.5, 0, 8193, False),
+    (0, 1.0, 1024, 15360, True),          # reserved comes off the total
+    (0, 1.0, 1024, 15361, False),
+    (0, 2.0, 1024, 30720, True),          # (16384 - 1024) * 2
+    (0, 2.0, 1024, 30721, False),
+])
+def test_ram_limit(used, ratio, reserved, request_mb, ok):
+    host = fakes.fake_host(memory_mb_used=used, ram_allocation_ratio=ratio,
+                           reserved_host_memory_mb=reserved)
+    reason = RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=request_mb),
+                                             fakes.ctx())
+    assert (reason is None) is ok
+
+
+def test_reason_text_names_the_request():
+    host = fakes.fake_host(memory_mb=4096)
+    reason = RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=8192), fakes.ctx())
+    assert reason == "insufficient RAM: need 8192 MB"
+
+
+def test_not_once_per_request():
+    assert not RamFilter.run_filter_once_per_request
+    assert not AggregateRamFilter.run_filter_once_per_request
+
+
+def _agg_passes(host, memory_mb):
+    return AggregateRamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=memory_mb),
+                                                    fakes.ctx())
+
+
+def test_aggregate_ratio_overrides_host_ratio():
+    host = fakes.fake_host(ram_allocation_ratio=1.0,
+                           aggregates=[{"ram_allocation_ratio": "2.0"}])
+    assert _agg_passes(host, 32768) is None
+    assert _agg_passes(host, 32769) == "insufficient RAM: need 32769 MB"
+    # The plain RamFilter ignores the aggregate.
+    assert RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=32768),
+                                           fakes.ctx()) is not None
+
+
+def test_aggregate_ratio_smallest_wins():
+    host = fakes.fake_host(ram_allocation_ratio=3.0,
+                           aggregates=[{"ram_allocation_ratio": "2.0"},
+                                       {"ram_allocation_ratio": "1.5"}])
+    assert _agg_passes(host, 24576) is None
+    assert _agg_passes(host, 24577) == "insufficient RAM: need 24577 MB"
+
+
+def test_aggregate_falls_back_to_host_ratio():
+    host = fakes.fake_host(ram_allocation_ratio=1.5, aggregates=[{"other": "x"}])
+    assert _agg_passes(host, 24576) is None
+    assert _agg_passes(host, 24577) is not None
+    bad = fakes.fake_host(ram_allocation_ratio=1.5,
+                          aggregates=[{"ram_allocation_ratio": "lots"}])
+    assert _agg_passes(bad, 24576) is None
+    assert _agg_passes(bad, 24577) is not None
