@@ -35,8 +35,10 @@ cfg.CONF.register_opts(state_opts)
 
 
 def set_defaults(conf: cfg.ConfigOpts = cfg.CONF) -> None:
-    """Register oslo.db's [database] options with Berth's embedded default."""
+    """Register oslo.db's [database] options with Berth's embedded default
+    (also on the option objects, which is what oslo-config-generator reads)."""
     db_options.set_defaults(conf, connection=DEFAULT_CONNECTION)
+    cfg.set_defaults(db_options.database_opts, connection=DEFAULT_CONNECTION)
 
 
 set_defaults(cfg.CONF)

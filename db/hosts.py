@@ -144,9 +144,14 @@ def _touch_service(session: Session, host: str, now: datetime.datetime) -> None:
     session.flush()
 
 
-def _upsert(session: Session, rec: HostRecord, now: datetime.datetime
+def _upsert(session: Session, rec: HostRecord, now: datetime.datetime, heartbeat: bool
             ) -> tuple[int, str, ReportPlan | None]:
-    """Write one node; returns (node id, created|updated|unchanged, PCI report)."""
+    """Write one node; returns (node id, created|updated|unchanged, PCI report).
+
+    ``heartbeat``: also record that the host's service is up now. Hosts only
+    ever imported from a fleet file send no heartbeats and count as up; a host
+    that reports itself must keep reporting within service_down_time.
+    """
     node = session.scalars(
         sa.select(models.ComputeNode)
         .where(models.ComputeNode.hypervisor_hostname == rec.node,
@@ -186,7 +191,8 @@ def _upsert(session: Session, rec: HostRecord, now: datetime.datetime
         node.generation = models.ComputeNode.generation + 1
         node.updated_at = now
     session.flush()
-    _touch_service(session, rec.host, now)
+    if heartbeat:
+        _touch_service(session, rec.host, now)
     return node.id, status, report
 
 
@@ -198,7 +204,7 @@ def upsert_host(session: Session, rec: HostRecord) -> int:
     heartbeat for the host. Usage counters and allocations are left alone.
     Returns the node id.
     """
-    node_id, _status, _report = _upsert(session, rec, models.utcnow())
+    node_id, _status, _report = _upsert(session, rec, models.utcnow(), heartbeat=True)
     return node_id
 
 
@@ -216,7 +222,7 @@ def import_fleet(db: Database, fleet: Fleet) -> ImportResult:
         for rec in fleet.hosts:
             if rec.pci_devices is None:
                 rec = dataclasses.replace(rec, pci_devices=[])
-            _node_id, status, report = _upsert(session, rec, now)
+            _node_id, status, report = _upsert(session, rec, now, heartbeat=False)
             getattr(result, status).append(rec.host)
             if report is not None and not report.empty:
                 result.pci[rec.host] = report

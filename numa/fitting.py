@@ -16,9 +16,13 @@ Rules, per guest cell on one host cell:
   first; ``isolate`` one entirely free core per vCPU, its other threads left idle;
   ``require`` entirely free cores with two or more threads, all filled except the last.
 
+A page size request with a host cell that lists no pages: ``small``/``any`` fall back to
+the plain memory check, ``large`` or a size does not fit.
+
 A multi-cell guest takes distinct host cells. The search is a depth-first assignment in
 pack/spread order, pruned by a bipartite matching check on the cells still to place and
-memoised on (guest cell, host cells used), so it never walks all permutations.
+memoised on (guest cell, host cells used), so it never walks all permutations; CPUs are
+picked only for the host cells finally chosen (``check_fit`` skips even that).
 ``limits=None`` means ratios of 1.0 (no over-commit).
 """
 from __future__ import annotations
@@ -92,6 +96,29 @@ def fit_instance_to_host(host: HostTopology, instance: InstanceTopology,
     ``pci_pools`` are, ``pci.matching.supports_requests`` is used. ``strategy`` ``pack``
     tries the busiest host cells first, ``spread`` the emptiest.
     """
+    chosen, reason = _choose(host, instance, limits, pci_requests, pci_pools, pci_check,
+                             strategy)
+    if chosen is None:
+        return FitResult(None, reason)
+    reserve = 1 if instance.emulator_threads_isolated else 0
+    cells = tuple(_place_cell(host.cells[j], guest, reserve if index == 0 else 0, pagesize)
+                  for index, (guest, (j, pagesize)) in enumerate(zip(instance.cells, chosen,
+                                                                     strict=True)))
+    return FitResult(FittedTopology(cells, instance.emulator_threads_policy))
+
+
+def check_fit(host: HostTopology, instance: InstanceTopology, limits: Limits | None = None,
+              pci_requests: Any = None, pci_pools: Any = None,
+              pci_check: PciCheck | None = None, strategy: str = PACK) -> str | None:
+    """Why ``instance`` does not fit ``host``, or None when it does: the answer of
+    ``fit_instance_to_host`` without picking CPUs (cheaper, for filters)."""
+    return _choose(host, instance, limits, pci_requests, pci_pools, pci_check, strategy)[1]
+
+
+def _choose(host: HostTopology, instance: InstanceTopology, limits: Limits | None,
+            pci_requests: Any, pci_pools: Any, pci_check: PciCheck | None,
+            strategy: str) -> tuple[list[tuple[int, int | None]] | None, str | None]:
+    """(host cell position and page size per guest cell, None), or (None, reason)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     limits = limits or Limits()
@@ -99,59 +126,66 @@ def fit_instance_to_host(host: HostTopology, instance: InstanceTopology,
         pci_check = _pci_check_from_pools(host, pci_requests, pci_pools)
     guests = instance.cells
     if len(guests) > len(host.cells):
-        return FitResult(None, f"guest has {len(guests)} cells, host has {len(host.cells)}")
+        return None, f"guest has {len(guests)} cells, host has {len(host.cells)}"
     order = _host_cell_order(host, instance, limits, strategy)
     reserve = 1 if instance.emulator_threads_isolated else 0
 
     if len(guests) == 1:
-        return _fit_single(host, instance, order, limits, reserve, pci_check)
+        return _choose_single(host, guests[0], order, limits, reserve, pci_check)
 
-    # Which host cells each guest cell fits, in preference order.
-    fits: list[dict[int, FittedCell]] = []
+    # Which host cells each guest cell fits, in preference order. Guest cells of the
+    # same shape (the usual even split) are checked once per host cell.
+    checked: dict[tuple, _Ok | _Miss] = {}
+    shapes = []
+    candidates: list[list[int]] = []
     for index, guest in enumerate(guests):
-        row: dict[int, FittedCell] = {}
+        cell_reserve = reserve if index == 0 else 0
+        shape = _shape(guest, cell_reserve)
+        shapes.append(shape)
+        row = []
         best: _Miss | None = None
         for j in order:
-            result = _fit_cell(host.cells[j], guest, limits, reserve if index == 0 else 0)
-            if isinstance(result, FittedCell):
-                row[j] = result
+            result = checked.get((shape, j))
+            if result is None:
+                result = checked[shape, j] = _check_cell(host.cells[j], guest, limits,
+                                                         cell_reserve)
+            if isinstance(result, _Ok):
+                row.append(j)
             elif best is None or result[:2] > best[:2]:
                 best = result
         if not row:
-            return FitResult(None, f"guest cell {guest.id}: {best.reason}")
-        fits.append(row)
-    candidates = [list(row) for row in fits]
+            return None, f"guest cell {guest.id}: {best.reason}"
+        candidates.append(row)
     if not _can_match(candidates, 0, 0):
-        return FitResult(None, "guest cells do not fit on distinct host cells")
+        return None, "guest cells do not fit on distinct host cells"
 
     search = _Search(host, candidates, pci_check)
     chosen = search.run()
     if chosen is None:
         if search.gave_up:
-            return FitResult(None, "PCI requests: no set of host cells found within the "
-                                   "search limit")
-        return FitResult(None, "PCI requests cannot be satisfied on the host cells that fit")
-    cells = tuple(fits[i][j] for i, j in enumerate(chosen))
-    return FitResult(FittedTopology(cells, instance.emulator_threads_policy))
+            return None, "PCI requests: no set of host cells found within the search limit"
+        return None, _PCI_REFUSED
+    return [(j, checked[shape, j].pagesize) for shape, j in zip(shapes, chosen, strict=True)], None
 
 
-def _fit_single(host: HostTopology, instance: InstanceTopology, order: list[int],
-                limits: Limits, reserve: int, pci_check: PciCheck | None) -> FitResult:
-    """The common case: one guest cell, first host cell in order that fits."""
-    guest = instance.cells[0]
+_PCI_REFUSED = "PCI requests cannot be satisfied on the host cells that fit"
+
+
+def _choose_single(host: HostTopology, guest: InstanceCell, order: list[int], limits: Limits,
+                   reserve: int, pci_check: PciCheck | None,
+                   ) -> tuple[list[tuple[int, int | None]] | None, str | None]:
+    """The common case: one guest cell, the first host cell in order that fits."""
     best: _Miss | None = None
     pci_refused = False
     for j in order:
-        result = _fit_cell(host.cells[j], guest, limits, reserve)
-        if isinstance(result, FittedCell):
+        result = _check_cell(host.cells[j], guest, limits, reserve)
+        if isinstance(result, _Ok):
             if pci_check is None or pci_check(frozenset((host.cells[j].id,))):
-                return FitResult(FittedTopology((result,), instance.emulator_threads_policy))
+                return [(j, result.pagesize)], None
             pci_refused = True
         elif best is None or result[:2] > best[:2]:
             best = result
-    if pci_refused:
-        return FitResult(None, "PCI requests cannot be satisfied on the host cells that fit")
-    return FitResult(None, best.reason)
+    return None, _PCI_REFUSED if pci_refused else best.reason
 
 
 class _Search:
@@ -270,12 +304,24 @@ def _host_cell_order(host: HostTopology, instance: InstanceTopology, limits: Lim
 
 # -- one guest cell on one host cell ------------------------------------------------------
 
-def _fit_cell(host: HostCell, guest: InstanceCell, limits: Limits,
-              reserve: int) -> FittedCell | _Miss:
+class _Ok(NamedTuple):
+    """A guest cell fits a host cell, with its memory in ``pagesize`` (None: plain)."""
+
+    pagesize: int | None
+
+
+def _shape(guest: InstanceCell, reserve: int) -> tuple:
+    """What the checks of a guest cell depend on (not its id or vCPU numbers)."""
+    return (len(guest.cpuset), len(guest.pcpuset), guest.memory_mb, guest.pagesize,
+            guest.cpu_thread_policy, reserve)
+
+
+def _check_cell(host: HostCell, guest: InstanceCell, limits: Limits,
+                reserve: int) -> _Ok | _Miss:
+    """Does the guest cell fit the host cell? Cheap: counts only, no CPU picked."""
     pagesize = _fit_memory(host, guest, limits)
     if isinstance(pagesize, _Miss):
         return pagesize
-
     shared = len(guest.cpuset)
     if shared:
         capacity = len(host.cpuset)
@@ -283,22 +329,29 @@ def _fit_cell(host: HostCell, guest: InstanceCell, limits: Limits,
         if shared > capacity or shared > headroom:
             return _Miss(_STAGE_SHARED, min(capacity, headroom) - shared,
                          f"no host cell with {shared} free shared CPUs")
+    wanted = len(guest.pcpuset) + reserve
+    if wanted:
+        miss = _pinned_miss(host, wanted, guest.cpu_thread_policy, reserve)
+        if miss is not None:
+            return miss
+    return _Ok(pagesize)
 
+
+def _place_cell(host: HostCell, guest: InstanceCell, reserve: int,
+                pagesize: int | None) -> FittedCell:
+    """The fitted cell for a guest cell that ``_check_cell`` accepted on ``host``."""
     pinning: dict[int, int] = {}
     reserved: frozenset[int] = frozenset()
     isolated: frozenset[int] = frozenset()
-    wanted = len(guest.pcpuset) + reserve
-    if wanted:
-        picked = _pick_pcpus(host, wanted, guest.cpu_thread_policy, reserve)
-        if isinstance(picked, _Miss):
-            return picked
-        cpus, isolated = picked
+    if guest.pcpuset or reserve:
+        cpus, isolated = _pick_pcpus(host, len(guest.pcpuset) + reserve,
+                                     guest.cpu_thread_policy)
         vcpus = sorted(guest.pcpuset)
         pinning = dict(zip(vcpus, cpus[:len(vcpus)], strict=True))
         reserved = frozenset(cpus[len(vcpus):])
     return FittedCell(id=guest.id, host_cell_id=host.id, cpu_pinning=pinning,
                       pagesize_kb=pagesize, cpuset_reserved=reserved,
-                      memory_mb=guest.memory_mb, shared_cpus=shared,
+                      memory_mb=guest.memory_mb, shared_cpus=len(guest.cpuset),
                       cpuset_isolated=isolated)
 
 
@@ -345,52 +398,70 @@ def _fit_memory(host: HostCell, guest: InstanceCell, limits: Limits) -> int | No
                  f"{request} pages: no page size with {guest.memory_mb} MB free")
 
 
-def _pick_pcpus(host: HostCell, wanted: int, thread_policy: str | None,
-                reserve: int) -> tuple[list[int], frozenset[int]] | _Miss:
-    """``wanted`` free pCPUs by thread policy, grouped by core (so consecutive guest
-    vCPUs land on siblings), and the sibling CPUs left idle by ``isolate``."""
-    pinned = host.pinned_cpus
-    cores = host.cores()
+def _pinned_miss(host: HostCell, wanted: int, thread_policy: str | None,
+                 reserve: int) -> _Miss | None:
+    """Why ``wanted`` pCPUs can't be had under the thread policy (None if they can)."""
     note = _EMULATOR_NOTE if reserve else ""
+    pinned = host.pinned_cpus
+    free = len(host.pcpuset) - len(pinned)
     if thread_policy == ISOLATE:
-        whole = sorted((core for core in cores if not pinned.intersection(core)),
-                       key=lambda core: (len(core), core))
-        if len(whole) < wanted:
-            return _Miss(_STAGE_PINNED, len(whole) - wanted,
+        have = free if free < wanted else sum(
+            1 for core in host.cores() if pinned.isdisjoint(core))
+        if have < wanted:
+            return _Miss(_STAGE_PINNED, have - wanted,
                          f"no host cell with {wanted} free cores for thread policy isolate"
                          + note)
+        return None
+    if thread_policy == REQUIRE:
+        have = free if free < wanted else sum(
+            len(core) for core in host.cores() if len(core) > 1 and pinned.isdisjoint(core))
+        if have < wanted:
+            return _Miss(_STAGE_PINNED, have - wanted,
+                         f"no host cell with {wanted} free pCPUs in sibling pairs" + note)
+        return None
+    if free < wanted:
+        return _Miss(_STAGE_PINNED, free - wanted, f"no host cell with {wanted} free pCPUs"
+                     + note)
+    return None
+
+
+def _pick_pcpus(host: HostCell, wanted: int,
+                thread_policy: str | None) -> tuple[list[int], frozenset[int]]:
+    """``wanted`` free pCPUs by thread policy (known to be there), grouped by core so
+    consecutive guest vCPUs land on siblings, and the sibling CPUs left idle by
+    ``isolate``."""
+    pinned = host.pinned_cpus
+    cores = host.cores()
+    if thread_policy == ISOLATE:
+        whole = sorted((core for core in cores if pinned.isdisjoint(core)),
+                       key=lambda core: (len(core), core))
         taken = whole[:wanted]
         return [core[0] for core in taken], frozenset(c for core in taken for c in core[1:])
     if thread_policy == REQUIRE:
-        pool = [core for core in cores if len(core) > 1 and not pinned.intersection(core)]
-        reason = f"no host cell with {wanted} free pCPUs in sibling pairs"
+        pool = [core for core in cores if len(core) > 1 and pinned.isdisjoint(core)]
     else:
         pool = [free for free in (tuple(c for c in core if c not in pinned) for core in cores)
                 if free]
-        reason = f"no host cell with {wanted} free pCPUs"
-    available = sum(len(core) for core in pool)
-    if available < wanted:
-        return _Miss(_STAGE_PINNED, available - wanted, reason + note)
     return _best_fit(pool, wanted), frozenset()
 
 
 def _best_fit(pool: Sequence[tuple[int, ...]], wanted: int) -> list[int]:
     """Take whole cores (largest, then lowest) while the remainder exceeds every core,
     then the smallest core that holds the remainder: siblings together, few cores broken."""
-    pool = list(pool)
+    by_size: dict[int, list[tuple[int, ...]]] = {}
+    for core in sorted(pool, reverse=True):
+        by_size.setdefault(len(core), []).append(core)  # each list: lowest core last
     cpus: list[int] = []
     remaining = wanted
     while remaining:
-        holding = [core for core in pool if len(core) >= remaining]
+        sizes = [size for size, cores in by_size.items() if cores]
+        holding = [size for size in sizes if size >= remaining]
         if holding:
-            core = min(holding, key=lambda c: (len(c), c))
-            cpus.extend(core[:remaining])
-            remaining = 0
-        else:
-            core = max(pool, key=lambda c: (len(c), -c[0]))
-            pool.remove(core)
-            cpus.extend(core)
-            remaining -= len(core)
+            cpus.extend(by_size[min(holding)].pop()[:remaining])
+            break
+        size = max(sizes)
+        cpus.extend(by_size[size].pop())
+        remaining -= size
     return cpus
 
 

@@ -13,6 +13,7 @@ the cell; pinned vCPUs are tracked by ``pinned_cpus``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -148,6 +149,11 @@ class HostCell:
     def cores(self) -> tuple[tuple[int, ...], ...]:
         """The cell's dedicated CPUs grouped by physical core (sibling set ∩ pcpuset);
         a CPU in no sibling set is a core of its own. Ordered by lowest CPU."""
+        return self._cores
+
+    @functools.cached_property
+    def _cores(self) -> tuple[tuple[int, ...], ...]:
+        # Cached on the (immutable) value: it depends on the hardware, not on usage.
         seen: set[int] = set()
         cores = []
         for sibling_set in self.siblings:

@@ -21,7 +21,6 @@ NUMA policies, with ``numa_cells`` the host cells the instance was fitted to
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 
 from pci.errors import PciDoesNotFit
@@ -40,47 +39,59 @@ Pick = tuple[int, PoolKey, int]  # (request index, pool key, devices taken)
 _HALL_MAX_REQUESTS = 6
 
 
-@dataclasses.dataclass(frozen=True)
 class _Numa:
     """The instance's NUMA placement, as the policies need it."""
 
-    cells: frozenset[int] | None
-    socket_nodes: frozenset[int] | None  # host cells on the instance's sockets
+    __slots__ = ("cells", "socket_of", "_socket_nodes")
 
-    @classmethod
-    def of(cls, numa_cells: Collection[int] | None,
-           socket_of: Mapping[int, int] | None) -> _Numa:
-        if numa_cells is None:
-            return _NO_NUMA
-        cells = numa_cells if isinstance(numa_cells, frozenset) else frozenset(numa_cells)
-        socket_nodes = None
-        if socket_of:
-            sockets = {socket_of[c] for c in cells if c in socket_of}
-            socket_nodes = frozenset(c for c, s in socket_of.items() if s in sockets)
-        return cls(cells, socket_nodes)
+    def __init__(self, numa_cells: Collection[int] | None,
+                 socket_of: Mapping[int, int] | None) -> None:
+        self.cells = numa_cells
+        self.socket_of = socket_of
+        self._socket_nodes: frozenset[int] | None = None
 
-    def allowed_nodes(self, policy: str) -> tuple[frozenset[int], bool] | None:
-        """``(NUMA nodes allowed, unknown node allowed)`` for ``policy``; None: all."""
+    def socket_nodes(self) -> frozenset[int] | None:
+        """Host cells on the same socket as one of the instance's cells."""
+        if self._socket_nodes is None and self.cells is not None and self.socket_of:
+            sockets = {self.socket_of[c] for c in self.cells if c in self.socket_of}
+            self._socket_nodes = frozenset(
+                c for c, s in self.socket_of.items() if s in sockets)
+        return self._socket_nodes
+
+    def rule(self, policy: str) -> tuple[Collection[int], bool] | None:
+        """``(NUMA nodes allowed, unknown node allowed)`` for ``policy``; None: any."""
         if self.cells is None or policy == POLICY_PREFERRED:
             return None
         if policy == POLICY_LEGACY:
             return self.cells, True
         if policy == POLICY_SOCKET:
-            return self.socket_nodes or frozenset(), False
-        return self.cells, False  # required (and anything unknown: the strictest)
+            return self.socket_nodes() or (), False
+        return self.cells, False  # required
 
     def affine(self, numa_node: int | None) -> bool:
         """Whether a device is on the instance's cells (``preferred`` tries these first)."""
         return self.cells is None or (numa_node is not None and numa_node in self.cells)
 
 
-_NO_NUMA = _Numa(None, None)
+def _allowed(pools: Sequence[PciPool], req: PciRequest, numa: _Numa) -> list[int]:
+    """Indices of the non-empty pools ``req`` may use (spec and NUMA policy)."""
+    memo = req.match_memo()
+    rule = numa.rule(req.numa_policy)
+    found = []
+    for i, pool in enumerate(pools):
+        key = pool.key
+        ok = memo.get(key)
+        if ok is None:
+            ok = req.matches(key)
+        if ok and pool.count > 0 and (rule is None or (
+                rule[1] if key.numa_node is None else key.numa_node in rule[0])):
+            found.append(i)
+    return found
 
 
 def _matching(pools: Sequence[PciPool], request: PciRequest) -> list[int]:
-    """Indices of the non-empty pools whose key matches one of the request's specs."""
-    matches = request.matches
-    return [i for i, pool in enumerate(pools) if pool.count > 0 and matches(pool.key)]
+    """Indices of the non-empty pools matching the request's specs (NUMA ignored)."""
+    return _allowed(pools, request, _NO_NUMA)
 
 
 def _candidates(pools: Sequence[PciPool], requests: Sequence[PciRequest],
@@ -88,46 +99,49 @@ def _candidates(pools: Sequence[PciPool], requests: Sequence[PciRequest],
     """Per request, the pools it may use, NUMA-affine pools first."""
     cands = []
     for req in requests:
-        matches = req.matches
-        rule = numa.allowed_nodes(req.numa_policy)
-        if rule is None:
-            allowed = [i for i, pool in enumerate(pools)
-                       if pool.count > 0 and matches(pool.key)]
-        else:
-            nodes, unknown_ok = rule
-            allowed = [i for i, pool in enumerate(pools)
-                       if pool.count > 0 and matches(pool.key)
-                       and (unknown_ok if pool.key.numa_node is None
-                            else pool.key.numa_node in nodes)]
+        allowed = _allowed(pools, req, numa)
         if numa.cells is not None and req.numa_policy == POLICY_PREFERRED:
             allowed.sort(key=lambda i: not numa.affine(pools[i].key.numa_node))
         cands.append(allowed)
     return cands
 
 
+_NO_NUMA = _Numa(None, None)
+
+
 def _supply(pools: Sequence[PciPool], indices) -> int:
     return sum(pools[i].count for i in indices)
 
 
+# Subsets of n requests, smallest first: the order Hall's condition is checked in.
+_SUBSETS = {n: sorted((tuple(r for r in range(n) if mask >> r & 1)
+                       for mask in range(1, 1 << n)), key=lambda m: (len(m), m))
+            for n in range(1, _HALL_MAX_REQUESTS + 1)}
+
+
 def _violations(pools: Sequence[PciPool], requests: Sequence[PciRequest],
                 cands: Sequence[Sequence[int]]):
-    """Subsets of requests (bit masks, smallest first) that want more than their pools hold."""
-    n = len(requests)
-    for mask in sorted(range(1, 1 << n), key=lambda m: (m.bit_count(), m)):
-        members = [r for r in range(n) if mask >> r & 1]
+    """Subsets of requests that want more devices than their pools hold, smallest first."""
+    for members in _SUBSETS[len(requests)]:
         demand = sum(requests[r].count for r in members)
-        union: set[int] = set()
-        for r in members:
-            union.update(cands[r])
-        supply = _supply(pools, union)
+        if len(members) == 1:
+            supply = _supply(pools, cands[members[0]])
+        else:
+            union: set[int] = set()
+            for r in members:
+                union.update(cands[r])
+            supply = _supply(pools, union)
         if demand > supply:
             yield members, demand, supply
 
 
 def _fits(pools: Sequence[PciPool], requests: Sequence[PciRequest],
           cands: Sequence[Sequence[int]]) -> bool:
-    if len(requests) == 1:
-        return _supply(pools, cands[0]) >= requests[0].count
+    for req, cand in zip(requests, cands, strict=True):
+        if _supply(pools, cand) < req.count:
+            return False
+    if len(requests) == 1 or len(set().union(*cands)) == sum(len(c) for c in cands):
+        return True  # each request alone fits, and no pool is shared
     if len(requests) <= _HALL_MAX_REQUESTS:
         return next(_violations(pools, requests, cands), None) is None
     return _assign(pools, requests, cands) is not None
@@ -211,18 +225,24 @@ def supports_requests(pools: Sequence[PciPool], requests: Sequence[PciRequest],
         return True
     if not pools:
         return False
-    if len(requests) == 1 and (numa_cells is None
-                               or requests[0].numa_policy == POLICY_PREFERRED):
-        # The filter's common case: count the matching free devices, stop when enough.
+    numa = _Numa(numa_cells, socket_of)
+    if len(requests) == 1:
+        # The filter's common case, inlined: count usable free devices until enough.
         req = requests[0]
-        matches, need = req.matches, req.count
+        need = req.count
+        memo = req.match_memo()
+        rule = numa.rule(req.numa_policy)
         for pool in pools:
-            if pool.count > 0 and matches(pool.key):
+            key = pool.key
+            ok = memo.get(key)
+            if ok is None:
+                ok = req.matches(key)
+            if ok and pool.count > 0 and (rule is None or (
+                    rule[1] if key.numa_node is None else key.numa_node in rule[0])):
                 need -= pool.count
                 if need <= 0:
                     return True
         return False
-    numa = _Numa.of(numa_cells, socket_of)
     return _fits(pools, requests, _candidates(pools, requests, numa))
 
 
@@ -239,7 +259,7 @@ def apply_requests(pools: Sequence[PciPool], requests: Sequence[PciRequest],
     pools = tuple(pools)
     if not requests:
         return pools, ()
-    numa = _Numa.of(numa_cells, socket_of)
+    numa = _Numa(numa_cells, socket_of)
     cands = _candidates(pools, requests, numa)
     flow = None
     if _fits(pools, requests, cands):
@@ -277,7 +297,7 @@ def _explain(pools: Sequence[PciPool], requests: Sequence[PciRequest], numa: _Nu
         allowed = _supply(pools, cand)
         if allowed >= req.count:
             continue
-        if req.numa_policy == POLICY_SOCKET and numa.socket_nodes is None:
+        if req.numa_policy == POLICY_SOCKET and numa.socket_nodes() is None:
             return (f"{req.label}: numa_policy socket needs the host's NUMA cells "
                     f"to know their socket")
         where = "sockets" if req.numa_policy == POLICY_SOCKET else "NUMA cells"
@@ -306,5 +326,5 @@ def explain(pools: Sequence[PciPool], requests: Sequence[PciRequest],
     """
     if not requests:
         return None
-    numa = _Numa.of(numa_cells, socket_of)
+    numa = _Numa(numa_cells, socket_of)
     return _explain(tuple(pools), requests, numa, _candidates(pools, requests, numa))

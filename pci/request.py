@@ -57,16 +57,21 @@ class PciRequest:
         return "pci request {}:{}".format(spec.get("vendor_id", "*"),
                                           spec.get("product_id", "*"))
 
-    def matches(self, key: Any) -> bool:
-        """Whether a pool key (or device) satisfies one of the specs.
+    def match_memo(self) -> dict:
+        """Pool key -> ``matches(key)`` answers so far (read it before calling ``matches``).
 
-        Memoised per key on the request: the filter asks the same question for
-        every host, and hosts share their pool keys.
+        The filter asks the same question for every host, and hosts share
+        their pool keys, so answers are kept on the request.
         """
-        memo = self.__dict__.get("_matches")
+        memo = self.__dict__.get("_match_memo")
         if memo is None:
             memo = {}
-            object.__setattr__(self, "_matches", memo)
+            object.__setattr__(self, "_match_memo", memo)
+        return memo
+
+    def matches(self, key: Any) -> bool:
+        """Whether a pool key (or device) satisfies one of the specs (memoised)."""
+        memo = self.match_memo()
         hit = memo.get(key)
         if hit is None:
             hit = memo[key] = any(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import json
 import random
 import time
@@ -20,6 +21,7 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from oslo_config import cfg
 from oslo_log import log as logging
 from stevedore import named
@@ -189,6 +191,9 @@ class FilterScheduler:
         self.filters = load_filters(fs.enabled_filters, conf)
         self.weighers = load_weighers(fs.weight_classes, conf)
         self.pci_aliases = self._parse_aliases(conf.pci.alias)
+        #: Evaluate filters and weighers on numpy columns where they allow it.
+        #: The straightforward per-host path gives the same answers (tested).
+        self.fast_path = True
         if not host_manager.load_pci_pools:
             host_manager.load_pci_pools = "PciPassthroughFilter" in fs.enabled_filters
         self._rng = random.Random()
@@ -241,15 +246,21 @@ class FilterScheduler:
                 for h, n in local_group.items():
                     group_hosts[h] = group_hosts.get(h, 0) + n
                 ctx = FilterContext(now=utcnow(), conf=self.conf, group_hosts=group_hosts)
-                candidates, explanation = self._filter(view, spec, ctx, once_cache, index)
+                if self.fast_path and not overlay:
+                    candidates = self._filter_fast(spec, ctx, once_cache, index)
+                    explain = functools.partial(self._explain_fast, spec, ctx, once_cache, index)
+                    weighed = self._weigh_fast(candidates, spec, ctx) if candidates else []
+                else:
+                    candidates, explanation = self._filter(view, spec, ctx, once_cache, index)
+                    explain = functools.partial(lambda e: e, explanation)
+                    weighed = self._weigh(candidates, spec, ctx) if candidates else []
                 if not candidates:
-                    summary = explanation.summary(0)
+                    summary = explain().summary(0)
                     summary["instance_index"] = index
                     raise exception.NoValidHost(reason=_Explanation.text(summary),
                                                 summary=summary)
-                weighed = self._weigh(candidates, spec, ctx)
                 weight, chosen, consumed, alternates = self._place(
-                    weighed, spec, ctx, instance_uuid, dry_run, explanation, index)
+                    weighed, spec, ctx, instance_uuid, dry_run, explain, index)
                 if dry_run:
                     if spec.num_instances > 1:
                         overlay[chosen.node_id] = _dry_consume(chosen, spec, consumed,
@@ -377,6 +388,112 @@ class FilterScheduler:
         order = sorted(range(len(hosts)), key=lambda i: -totals[i])
         return [(totals[i], hosts[i]) for i in order]
 
+    # -- fast path: numpy columns, cheap checks first -------------------------
+    def _filter_fast(self, spec: RequestSpec, ctx: FilterContext,
+                     once_cache: dict[str, set[int]], index: int) -> list[HostState]:
+        """The same hosts as ``_filter``, evaluating vector forms over every
+        host first and the remaining filters per host on the survivors."""
+        cols = self.host_manager.columns
+        hosts = cols.hosts
+        mask = self._force_and_ignore_mask(cols, spec)
+        slow = []
+        for flt in self.filters:
+            if flt.is_noop(spec):
+                continue
+            vec = flt.filter_vector(cols, spec, ctx)
+            if vec is None:
+                slow.append(flt)
+            elif mask is None:
+                mask = vec.copy()
+            else:
+                mask &= vec
+        if mask is None:
+            survivors = hosts
+        else:
+            survivors = [hosts[i] for i in np.flatnonzero(mask)]
+        for flt in slow:
+            if not survivors:
+                break
+            if flt.run_filter_once_per_request and index > 0 and flt.name in once_cache:
+                keep = once_cache[flt.name]
+                survivors = [h for h in survivors if h.node_id in keep]
+                continue
+            check = flt.host_passes
+            survivors = [h for h in survivors if check(h, spec, ctx) is None]
+            if flt.run_filter_once_per_request and index == 0:
+                once_cache[flt.name] = {h.node_id for h in survivors}
+        return survivors
+
+    def _force_and_ignore_mask(self, cols, spec: RequestSpec):
+        if not (spec.ignore_hosts or spec.force_hosts or spec.force_nodes):
+            return None
+        hosts = cols.hosts
+        mask = np.ones(cols.n, dtype=bool)
+        if spec.ignore_hosts:
+            mask[cols.host_indexes(spec.ignore_hosts)] = False
+        if spec.force_hosts:
+            forced = np.zeros(cols.n, dtype=bool)
+            forced[cols.host_indexes(spec.force_hosts)] = True
+            mask &= forced
+        if spec.force_nodes:
+            nodes = set(spec.force_nodes)
+            mask &= np.fromiter((h.nodename in nodes for h in hosts), dtype=bool,
+                                count=cols.n)
+        return mask
+
+    def _explain_fast(self, spec: RequestSpec, ctx: FilterContext,
+                      once_cache: dict[str, set[int]], index: int) -> _Explanation:
+        """Why hosts were removed, filter by filter in the configured order."""
+        return self._filter(self.host_manager.columns.hosts, spec, ctx, once_cache, index)[1]
+
+    def _weigh_fast(self, hosts: list[HostState], spec: RequestSpec, ctx: FilterContext
+                    ) -> list[tuple[float, HostState]]:
+        """Same totals and order as ``_weigh``; sorts only the best few fully."""
+        n = len(hosts)
+        totals = np.zeros(n, dtype=np.float64)
+        if n > 1:
+            cols = self.host_manager.columns
+            idx = None
+            for w in self.weighers:
+                vec = w.weigh_vector(cols, spec, ctx)
+                if vec is None:
+                    raw = np.fromiter((w.weigh(h, spec, ctx) for h in hosts),
+                                      dtype=np.float64, count=n)
+                else:
+                    if idx is None:
+                        idx = np.fromiter((h._idx for h in hosts), dtype=np.intp, count=n)
+                    raw = vec[idx]
+                lo, hi = raw.min(), raw.max()
+                if hi == lo:
+                    continue
+                norm = (raw - lo) / (hi - lo)
+                totals += self._multipliers(w, hosts, cols, idx) * norm
+        keep = max(self.conf.filter_scheduler.host_subset_size,
+                   self.conf.scheduler.max_attempts) + 8
+        if n > 4 * keep:
+            kth = np.partition(totals, n - keep)[n - keep]
+            top = np.flatnonzero(totals >= kth)
+            order = top[np.argsort(-totals[top], kind="stable")]
+            head = [(float(totals[i]), hosts[i]) for i in order]
+            return _LazyWeighed(head, totals, hosts, set(order.tolist()))
+        order = np.argsort(-totals, kind="stable")
+        return [(float(totals[i]), hosts[i]) for i in order]
+
+    @staticmethod
+    def _multipliers(w: BaseWeigher, hosts, cols, idx):
+        base = w.base_multiplier()
+        if not w.aggregate_multiplier_key:
+            return base
+        if idx is None:
+            idx = np.fromiter((h._idx for h in hosts), dtype=np.intp, count=len(hosts))
+        with_aggs = np.flatnonzero(cols.has_aggregates[idx])
+        if not len(with_aggs):
+            return base
+        mult = np.full(len(hosts), base, dtype=np.float64)
+        for pos in with_aggs:
+            mult[pos] = w.weight_multiplier(hosts[pos])
+        return mult
+
     def _pick_order(self, weighed: list[tuple[float, HostState]]) -> list[int]:
         """Indexes into ``weighed`` in the order to try them."""
         n = len(weighed)
@@ -397,18 +514,27 @@ class FilterScheduler:
         return order
 
     def _place(self, weighed, spec: RequestSpec, ctx: FilterContext, instance_uuid: str,
-               dry_run: bool, explanation: _Explanation, index: int):
+               dry_run: bool, explain, index: int):
         """Consume on the first candidate (in pick order) that still takes it."""
         order = self._pick_order(weighed)
         refused = collections.Counter()
-        for pos, i in enumerate(order):
-            weight, host = weighed[i]
+        pos = 0
+        while True:
+            if pos == len(order):
+                if not isinstance(weighed, _LazyWeighed) or weighed._totals is None:
+                    break
+                weighed.extend_all()
+                order.extend(range(len(order), len(weighed)))
+                if pos == len(order):
+                    break
+            weight, host = weighed[order[pos]]
+            pos += 1
             consumed = self._try_consume(host, spec, ctx, instance_uuid, dry_run, refused)
             if consumed is None:
                 continue
-            rest = [weighed[j] for j in order[pos + 1:]]
+            rest = [weighed[j] for j in order[pos:]]
             return weight, host, consumed, rest
-        summary = explanation.summary(0)
+        summary = explain().summary(0)
         summary["instance_index"] = index
         summary["filters"].append({"filter": "claim", "removed": sum(refused.values()),
                                    "reasons": dict(refused.most_common())})
@@ -513,7 +639,28 @@ def _dry_consume(host: HostState, spec: RequestSpec, consumed: Consumed,
                  instance_uuid: str, group: str | None) -> HostState:
     """A shallow copy of ``host`` with the request subtracted (dry runs only)."""
     clone = copy.copy(host)
+    clone.detach_columns()
     clone.instances = dict(host.instances)
     clone.instances[instance_uuid] = group
     clone._apply(spec, consumed)
     return clone
+
+
+class _LazyWeighed(list):
+    """The best few (weight, host) pairs, sorted; the rest are sorted only if
+    every one of those is refused (claims racing with other schedulers)."""
+
+    def __init__(self, head, totals, hosts, taken) -> None:
+        super().__init__(head)
+        self._totals, self._hosts, self._taken = totals, hosts, taken
+
+    def extend_all(self) -> None:
+        if self._totals is None:
+            return
+        totals = self._totals
+        rest = np.array([i for i in range(len(totals)) if i not in self._taken],
+                        dtype=np.intp)
+        if len(rest):
+            order = rest[np.argsort(-totals[rest], kind="stable")]
+            self.extend((float(totals[i]), self._hosts[i]) for i in order)
+        self._totals = None

@@ -21,6 +21,7 @@ from oslo_log import log as logging
 from db import host_states as queries
 from db.api import Database
 from db.models import utcnow
+from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, HostState
 
 LOG = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class HostManager:
         self._heartbeat_since: datetime.datetime | None = None
         self._refresh_lock = threading.Lock()
         self._refresh_gen = 0
+        self.columns = HostColumns([])
         self.loaded = False
 
     # -- public -----------------------------------------------------------
@@ -177,18 +179,19 @@ class HostManager:
                 self._assign_aggregates([self._hosts[i] for i in stale if i in self._hosts])
             self._read_heartbeats(conn, full=False)
             self._since = newest
-        if stale or gone:
+        if gone:
             self._reindex()
 
     def _apply_node_rows(self, conn, rows, force: bool) -> None:
         """Take rows whose generation is newer than the cached one."""
         updated = []
+        added = False
         for row in rows:
             hs = self._hosts.get(row["id"])
             if hs is None:
                 hs = HostState(row["id"], row["host"], row["hypervisor_hostname"])
                 self._hosts[hs.node_id] = hs
-                new = True
+                new = added = True
             else:
                 new = False
             with hs.lock():
@@ -204,11 +207,12 @@ class HostManager:
             beats = queries.heartbeats(conn, hosts=[h.host for h in fresh])
             for hs in fresh:
                 hs.last_heartbeat = beats.get(hs.host)
+                hs.touch()
         self._load_instances(conn, ids)
         if self.load_pci_pools:
             self._load_pools(conn, ids)
         self._assign_aggregates(updated)
-        if any(h not in self._ordered for h in updated):
+        if added:
             self._reindex()
 
     def _load_instances(self, conn, node_ids) -> None:
@@ -233,6 +237,7 @@ class HostManager:
             [self._hosts[i] for i in node_ids if i in self._hosts]
         for hs in targets:
             hs.pci_pools = pools.get(hs.node_id, ())
+            hs.touch()
 
     def _reload_aggregates(self, conn) -> None:
         self._agg_version = queries.aggregates_version(conn)
@@ -265,10 +270,12 @@ class HostManager:
         if full:
             for hs in self._hosts.values():
                 hs.last_heartbeat = beats.get(hs.host)
+                hs.touch()
         else:
             for host, seen in beats.items():
                 for hs in self._by_host.get(host, ()):
                     hs.last_heartbeat = seen
+                    hs.touch()
         self._heartbeat_read_at = now
         self._heartbeat_since = started
 
@@ -276,6 +283,7 @@ class HostManager:
         hs = self._hosts.pop(node_id, None)
         if hs is None:
             return
+        hs.detach_columns()
         for inst, group in hs.instances.items():
             self._instance_node.pop(inst, None)
             if group:
@@ -292,11 +300,16 @@ class HostManager:
             del self._groups[group]
 
     def _reindex(self) -> None:
+        """Rebuild the ordered list, the name index and the columns (only when
+        hosts were added or removed)."""
+        for hs in self._ordered:
+            hs.detach_columns()
         self._ordered = sorted(self._hosts.values(), key=lambda h: h.node_id)
         by_host: dict[str, list[HostState]] = {}
         for hs in self._ordered:
             by_host.setdefault(hs.host, []).append(hs)
         self._by_host = by_host
+        self.columns = HostColumns(self._ordered)
 
     @staticmethod
     def _newest(rows, fallback: datetime.datetime) -> datetime.datetime:

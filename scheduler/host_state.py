@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -71,7 +72,7 @@ class HostState:
         "supported_instances", "stats", "metrics", "disabled", "disabled_reason",
         "last_heartbeat", "numa_topology", "pci_pools", "aggregates",
         "availability_zone", "instances", "generation", "updated", "_lock_name",
-        "__weakref__",
+        "_cols", "_idx", "_fit_memo", "__weakref__",
     )
 
     def __init__(self, node_id: int, host: str, nodename: str, uuid: str = "") -> None:
@@ -104,6 +105,9 @@ class HostState:
         self.generation = -1
         self.updated: datetime.datetime | None = None
         self._lock_name = f"berth-host-{node_id}"
+        self._cols = None
+        self._idx = -1
+        self._fit_memo: dict = {}
 
     def __repr__(self) -> str:
         return (f"<HostState {self.host}/{self.nodename} ram:{self.free_ram_mb} "
@@ -149,6 +153,23 @@ class HostState:
             self.numa_topology = None
         self.generation = row["generation"]
         self.updated = row["updated_at"]
+        self.touch()
+
+    def attach_columns(self, cols, index: int) -> None:
+        """Keep row ``index`` of ``cols`` (HostColumns) in step with this host."""
+        self._cols = cols
+        self._idx = index
+
+    def detach_columns(self) -> None:
+        self._cols = None
+        self._idx = -1
+
+    def touch(self) -> None:
+        """Push this host's numbers to its HostColumns row (after any change) and
+        forget the NUMA/PCI answers memoised for its previous state."""
+        self._fit_memo = {}
+        if self._cols is not None:
+            self._cols.update(self._idx, self)
 
     def set_aggregates(self, aggregates: tuple[AggregateInfo, ...],
                        default_az: str | None) -> None:
@@ -159,6 +180,7 @@ class HostState:
                 az = agg.metadata["availability_zone"]
                 break
         self.availability_zone = az or default_az
+        self.touch()
 
     # -- capacity -----------------------------------------------------------
     @property
@@ -232,7 +254,22 @@ class HostState:
 
     def fit_numa(self, spec):
         """Fit the request's guest NUMA topology (with its PCI requests) to this
-        host: a ``numa.fitting.FitResult``. Call only when spec.numa_topology."""
+        host: a ``numa.fitting.FitResult``. Call only when spec.numa_topology.
+
+        Memoised per host state: the answer is kept until the host changes
+        (``touch``), keyed by what the request asks for, so the same flavor
+        on an unchanged host costs a dict lookup.
+        """
+        key = ("numa", request_token(spec))
+        memo = self._fit_memo
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        result = self._fit_numa(spec)
+        memo[key] = result
+        return result
+
+    def _fit_numa(self, spec):
         from numa import fitting
 
         if self.numa_topology is None:
@@ -252,7 +289,18 @@ class HostState:
             pci_check=pci_check)
 
     def pci_reason(self, spec, numa_cells=None) -> str | None:
-        """Why the request's PCI devices can't be served here (None if they can)."""
+        """Why the request's PCI devices can't be served here (None if they can).
+        Memoised like ``fit_numa`` when no NUMA cells restrict the devices."""
+        if numa_cells is None:
+            key = ("pci", request_token(spec))
+            memo = self._fit_memo
+            if key in memo:
+                return memo[key]
+            memo[key] = reason = self._pci_reason(spec, None)
+            return reason
+        return self._pci_reason(spec, numa_cells)
+
+    def _pci_reason(self, spec, numa_cells) -> str | None:
         from pci import matching
 
         socket_of = self._socket_of()
@@ -333,6 +381,7 @@ class HostState:
         if consumed.generation > self.generation:
             self.generation = consumed.generation
         self.updated = utcnow()
+        self.touch()
 
     def lock(self):
         """The per-host lock (for refreshes that must not interleave with consume)."""
@@ -342,3 +391,30 @@ class HostState:
         if self.numa_topology is None:
             return None
         return json.dumps(self.numa_topology.to_primitive(), sort_keys=True)
+
+
+
+_TOKENS: dict = {}
+_SPEC_TOKENS: dict = {}
+_NEXT_TOKEN = itertools.count(1)
+
+
+def request_token(spec) -> int:
+    """A small int naming what a request asks of NUMA and PCI (guest topology,
+    device counts, specs and policies; not the per-request ids): the same for
+    every request that asks the same, never reused for anything else."""
+    cached = _SPEC_TOKENS.get(id(spec))
+    if cached is not None and cached[0] is spec:
+        return cached[1]
+    key = (spec.numa_topology,
+           tuple((r.count, tuple(tuple(sorted(d.items())) for d in r.specs), r.numa_policy,
+                  r.alias_name) for r in spec.pci_requests))
+    value = _TOKENS.get(key)
+    if value is None:
+        if len(_TOKENS) > 10000:
+            _TOKENS.clear()
+        value = _TOKENS[key] = next(_NEXT_TOKEN)
+    if len(_SPEC_TOKENS) > 64:
+        _SPEC_TOKENS.clear()
+    _SPEC_TOKENS[id(spec)] = (spec, value)
+    return value

@@ -23,6 +23,7 @@ from oslo_serialization import jsonutils
 from db import aggregates, hosts, models
 from db import pci as db_pci
 from pci.device import validate_device
+from pci.errors import PciError
 from scheduler import exception, fleet
 from scheduler.request_spec import RequestSpec
 from scheduler.rpc import check_json
@@ -201,7 +202,10 @@ class SchedulerManager:
         if len(devices) > MAX_PCI_DEVICES:
             raise exception.InvalidRequest(field="devices",
                                            reason=f"more than {MAX_PCI_DEVICES} devices")
-        parsed = [validate_device(d, f"devices[{i}]") for i, d in enumerate(devices)]
+        try:
+            parsed = [validate_device(d, f"devices[{i}]") for i, d in enumerate(devices)]
+        except PciError as e:
+            raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
         with self.db.writer_connection() as conn:
             plan = db_pci.report_devices(conn, self._node_id(conn, node), parsed)
         if dataclasses.is_dataclass(plan):

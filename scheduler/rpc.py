@@ -7,6 +7,7 @@ context travels (a plain dict on the wire, an oslo.context on each side).
 from __future__ import annotations
 
 import math
+import socket
 import warnings
 from typing import Any
 
@@ -31,6 +32,15 @@ cfg.set_defaults(oslo_messaging.transport._transport_opts,
 # and read before a transport exists; the same objects, so no duplicate.
 cfg.CONF.register_opts(oslo_messaging.transport._transport_opts)
 
+server_opts = [
+    cfg.StrOpt("host",
+               default=socket.gethostname(),
+               sample_default="<hostname>",
+               help="Name of this scheduler host: its RPC server name, shown by "
+                    "'berth ping'. Must be unique among the scheduler hosts of a "
+                    "deployment."),
+]
+
 rpc_opts = [
     cfg.StrOpt("topic",
                default="scheduler",
@@ -50,8 +60,9 @@ rpc_opts = [
                     "dead scheduler is still noticed quickly."),
 ]
 
-LIST_OPTS = [("scheduler", rpc_opts)]
+LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts)]
 
+cfg.CONF.register_opts(server_opts)
 cfg.CONF.register_opts(rpc_opts, group="scheduler")
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from scheduler import rpc
+from scheduler.exception import BerthError
 
 LOG = logging.getLogger(__name__)
 
@@ -40,12 +40,6 @@ WORKER_ENV = "BERTH_WORKER_INDEX"
 BACKENDS = ("eventlet", "threading")
 
 service_opts = [
-    cfg.StrOpt("host",
-               default=socket.gethostname(),
-               sample_default="<hostname>",
-               help="Name of this scheduler host: its RPC server name, shown by "
-                    "'berth ping'. Must be unique among the scheduler hosts of a "
-                    "deployment."),
     cfg.StrOpt("concurrency_backend",
                default="eventlet",
                choices=[("eventlet", "green threads; eventlet.monkey_patch() runs "
@@ -323,6 +317,10 @@ class Supervisor:
 def setup(argv: list[str]) -> None:
     """Parse the command line and config files into ``cfg.CONF``; start logging."""
     logging.register_options(cfg.CONF)
+    # Startup chatter of alembic and py-amqp's closing-channel notices are not
+    # actionable for an operator; their warnings and errors still show.
+    logging.set_defaults(default_log_levels=logging.get_default_log_levels()
+                         + ["alembic=WARN", "amqp=ERROR"])
     cfg.CONF(argv, project="berth", prog="berth-scheduler")
     logging.setup(cfg.CONF, "berth")
 
@@ -339,11 +337,19 @@ def main(argv: list[str], early_backend: str) -> int:
     index = os.environ.get(WORKER_ENV)
     if index is not None:
         parent = os.environ.get("BERTH_SUPERVISOR_PID")
-        return run_worker(conf, int(index), int(parent) if parent else None)
+        try:
+            return run_worker(conf, int(index), int(parent) if parent else None)
+        except BerthError as e:
+            LOG.error("berth-scheduler worker %s cannot start: %s", index, e)
+            return 2
     if early_backend == "eventlet":
         LOG.info("Using the eventlet backend (upstream oslo.messaging deprecates it; "
                  "concurrency_backend = threading is the supported alternative)")
-    prepare_database(conf)
-    if conf.scheduler.workers == 1:
-        return run_worker(conf)
-    return Supervisor(conf, argv).run()
+    try:
+        prepare_database(conf)
+        if conf.scheduler.workers == 1:
+            return run_worker(conf)
+        return Supervisor(conf, argv).run()
+    except BerthError as e:  # a configuration the scheduler cannot run with
+        LOG.error("berth-scheduler cannot start: %s", e)
+        return 2

@@ -79,6 +79,9 @@ def load_scenario(path: str) -> dict:
 @contextlib.contextmanager
 def config_overrides(conf: cfg.ConfigOpts, overrides: Mapping | None) -> Iterator[None]:
     """Apply ``{group: {option: value}}`` for the duration of the block."""
+    from scheduler import opts
+
+    opts.list_opts()        # imports (so registers) every module that declares options
     applied = []
     try:
         for group, opts in (overrides or {}).items():

@@ -7,6 +7,7 @@ unknown host, or no answer from the broker or the daemon within ``--timeout``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -92,20 +93,36 @@ def format_no_valid_host(exc: Exception) -> str:
     return "\n".join(lines)
 
 
-def format_hosts(hosts: list[dict]) -> str:
+def format_hosts(hosts: list[dict], now: datetime.datetime | None = None) -> str:
+    now = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     rows = []
     for h in hosts:
         pci = h.get("pci_devices") or {}
-        state = "disabled" if h.get("disabled") else ("up" if h.get("last_seen_up") else "-")
+        state = "disabled" if h.get("disabled") else "enabled"
         rows.append([h.get("host"), h.get("node"), h.get("availability_zone"),
                      _used(h.get("vcpus_used"), h.get("vcpus")),
                      _used(h.get("memory_mb_used"), h.get("memory_mb")),
                      _used(h.get("local_gb_used"), h.get("local_gb")),
                      h.get("running_vms"),
                      _used(pci.get("available", 0), pci.get("total", 0)),
-                     state])
+                     state, _age(h.get("last_seen_up"), now)])
     return format_table(["HOST", "NODE", "ZONE", "VCPUS", "RAM_MB", "DISK_GB", "VMS",
-                         "PCI_FREE", "STATE"], rows)
+                         "PCI_FREE", "STATE", "LAST_SEEN"], rows)
+
+
+def _age(timestamp: str | None, now: datetime.datetime) -> str | None:
+    """``12s ago`` from a naive-UTC ISO timestamp (the daemon's clock)."""
+    if not timestamp:
+        return None
+    try:
+        seen = datetime.datetime.fromisoformat(timestamp)
+    except ValueError:
+        return timestamp
+    seconds = max(0, int((now - seen).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
 
 
 def format_mapping(data: dict, indent: int = 0) -> str:

@@ -28,21 +28,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cmd.manage_numa",
     "scheduler.cmd.manage_simulate",
 )
-# TODO(lead): drop once scheduler.cmd.manage_numa and manage_simulate have landed;
-# until then berth-manage runs without them.
-_OPTIONAL_MODULES = frozenset({"scheduler.cmd.manage_numa", "scheduler.cmd.manage_simulate"})
 
 
 def _command_modules() -> list:
-    modules = []
-    for name in COMMAND_MODULES:
-        try:
-            modules.append(importlib.import_module(name))
-        except ImportError as e:
-            if name in _OPTIONAL_MODULES and e.name == name:
-                continue
-            raise
-    return modules
+    return [importlib.import_module(name) for name in COMMAND_MODULES]
 
 
 def build_parser() -> argparse.ArgumentParser:

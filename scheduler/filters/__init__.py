@@ -55,6 +55,18 @@ class BaseHostFilter:
         """``None`` if ``host`` can take ``spec``; otherwise a short reason."""
         raise NotImplementedError
 
+    def is_noop(self, spec) -> bool:
+        """True when this filter passes every host for ``spec`` (e.g. a NUMA
+        filter for a request without a NUMA topology): the fast path skips it."""
+        return False
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        """Optional fast path: a numpy bool mask over ``cols`` (HostColumns) rows,
+        True where ``host_passes`` would return None; or None when this filter
+        (or this request) has no vector form, and ``host_passes`` runs per host.
+        A test checks every vector form against ``host_passes``."""
+        return None
+
     def filter_all(self, hosts: list, spec, ctx: FilterContext):
         """Split ``hosts`` into (passed, [(host, reason), ...])."""
         passed, failed = [], []

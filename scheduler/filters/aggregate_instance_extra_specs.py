@@ -39,22 +39,43 @@ class AggregateInstanceExtraSpecsFilter(BaseHostFilter):
 
     def __init__(self, conf) -> None:
         super().__init__(conf)
-        self._parsed: tuple = (None, ())
+        # (spec, parsed requirements, {id(aggregate): (aggregate, satisfied flags)})
+        self._request: tuple = (None, (), {})
+
+    def _for_request(self, spec) -> tuple:
+        cached = self._request
+        if cached[0] is not spec:
+            cached = self._request = (spec, parse_extra_specs(spec.extra_specs), {})
+        return cached
 
     def requirements(self, spec) -> tuple[tuple[str, Predicate, str], ...]:
-        cached = self._parsed
-        if cached[0] is not spec:
-            cached = self._parsed = (spec, parse_extra_specs(spec.extra_specs))
-        return cached[1]
+        return self._for_request(spec)[1]
+
+    @staticmethod
+    def _satisfied_by(agg, requirements) -> tuple[bool, ...]:
+        """Per requirement: whether this one aggregate's metadata satisfies it."""
+        metadata = agg.metadata
+        flags = []
+        for name, check, _ in requirements:
+            raw = metadata.get(name)
+            flags.append(raw is not None
+                         and any(check(value.strip()) for value in raw.split(",")))
+        return tuple(flags)
 
     def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        requirements = self.requirements(spec)
+        _, requirements, per_aggregate = self._for_request(spec)
         if not requirements:
             return None
-        aggregates = host.aggregates
-        for name, check, reason in requirements:
-            if not any(check(value.strip())
-                       for agg in aggregates if name in agg.metadata
-                       for value in agg.metadata[name].split(",")):
+        flags = []
+        for agg in host.aggregates:
+            entry = per_aggregate.get(id(agg))
+            if entry is None or entry[0] is not agg:
+                entry = per_aggregate[id(agg)] = (agg, self._satisfied_by(agg, requirements))
+            flags.append(entry[1])
+        for i, (_, _, reason) in enumerate(requirements):
+            for satisfied in flags:
+                if satisfied[i]:
+                    break
+            else:
                 return reason
         return None

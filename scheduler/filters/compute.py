@@ -40,6 +40,7 @@ class ComputeFilter(BaseHostFilter):
         if host.disabled:
             return "disabled"
         heartbeat = host.last_heartbeat
-        if heartbeat is None or heartbeat < self._heartbeat_cutoff(ctx):
+        # No heartbeat at all: a statically managed host (fleet file) is up.
+        if heartbeat is not None and heartbeat < self._heartbeat_cutoff(ctx):
             return "service down"
         return None

@@ -125,7 +125,13 @@ class ImagePropertiesFilter(BaseHostFilter):
             return req.reason
         values = req.values
         if values:
-            if not any(all(v in inst for v in values) for inst in host.supported_instances):
+            for inst in host.supported_instances:
+                for value in values:
+                    if value not in inst:
+                        break
+                else:
+                    break
+            else:
                 return req.reason
         check = req.version_check
         if check is not None and host.hypervisor_version and not check(host.hypervisor_version):

@@ -43,6 +43,11 @@ class BaseWeigher:
         """The raw (un-normalised) weight of ``host`` for ``spec``."""
         raise NotImplementedError
 
+    def weigh_vector(self, cols, spec, ctx):
+        """Optional fast path: raw weights of every ``cols`` row as a float64
+        numpy array (equal to ``weigh`` per host), or None to call ``weigh``."""
+        return None
+
 
 def normalize(values: list[float]) -> list[float]:
     """Min-max normalise to [0, 1]; all equal gives all 0."""

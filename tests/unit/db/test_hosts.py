@@ -102,7 +102,7 @@ def snapshot(db) -> dict:
     return out
 
 
-def test_import_creates_hosts_devices_services_and_aggregates(any_db):
+def test_import_creates_hosts_devices_and_aggregates_without_heartbeats(any_db):
     result = do_import(any_db)
     assert result.created == ["compute-001", "compute-002"]
     assert result.aggregates_created == ["az1", "ssd"]
@@ -115,10 +115,9 @@ def test_import_creates_hosts_devices_services_and_aggregates(any_db):
         "0000:81:00.0", "0000:81:02.0", "0000:81:02.1")}
     assert json.loads(node_row(any_db, "compute-002").stats) == {"rack": "r1"}
     with any_db.reader() as s:
-        services = s.execute(sa.select(models.Service.host, models.Service.binary,
-                                       models.Service.last_seen_up)).all()
-    assert sorted(h for h, _b, _t in services) == ["compute-001", "compute-002"]
-    assert all(b == "berth-compute" and t is not None for _h, b, t in services)
+        services = s.execute(sa.select(models.Service.host)).all()
+    # Imported hosts are statically managed: no heartbeat is invented for them.
+    assert services == []
     az1 = db_aggregates.get_aggregate(any_db, "az1")
     assert az1["availability_zone"] == "az1" and az1["hosts"] == ["compute-001"]
 
@@ -232,7 +231,7 @@ def test_list_and_get_host(any_db):
     assert hosts[1]["availability_zone"] is None
     full = db_hosts.get_host(any_db, "compute-001")
     assert full["numa_topology"]["cells"][0]["cpuset"] == [0, 1]
-    assert full["last_seen_up"] is not None
+    assert full["last_seen_up"] is None       # never reported itself
     with pytest.raises(exception.NotFound, match="Host compute-404 not found"):
         db_hosts.get_host(any_db, "compute-404")
 
@@ -279,12 +278,15 @@ def test_upsert_host_without_devices_leaves_them_and_heartbeats(sqlite_db):
     with sqlite_db.reader() as s:
         count = s.scalar(sa.select(models.Service.report_count).where(
             models.Service.host == "compute-001"))
-    assert count == 2
+    assert count == 1      # the first heartbeat: import sends none
 
 
 def test_heartbeat(sqlite_db):
     do_import(sqlite_db)
+    assert db_hosts.get_host(sqlite_db, "compute-002")["last_seen_up"] is None
+    db_hosts.heartbeat(sqlite_db, "compute-002")
     seen = db_hosts.get_host(sqlite_db, "compute-002")["last_seen_up"]
+    assert seen is not None
     db_hosts.heartbeat(sqlite_db, "compute-002")
     assert db_hosts.get_host(sqlite_db, "compute-002")["last_seen_up"] > seen
     with pytest.raises(exception.NotFound):

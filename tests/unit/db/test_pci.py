@@ -292,3 +292,44 @@ class TestReport:
         with db.reader() as s:
             gpus = [p for p in db_pci.pools_for_nodes(s)[node_id] if p.key.vendor_id == "10de"]
         assert gpus == [PciPool(PoolKey("10de", "1eb8", "type-PCI", 1, None), 1)]
+
+
+def test_concurrent_claim_and_release_keep_the_pf_rule(node):
+    """A release racing a sibling's claim never leaves a PF free under a used VF."""
+    from pci.device import cascade_status
+
+    db, node_id = node
+
+    def run(fn):
+        try:
+            with db.writer() as s:
+                fn(s)
+        except PciClaimConflict:
+            pass
+        except Exception:  # SQLite may refuse a writer; the transaction rolled back
+            pass
+
+    for round_ in range(10):
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, f"a{round_}", [("r", vf_key(0), 1)])
+        barrier = threading.Barrier(2)
+
+        def release(s, round_=round_, barrier=barrier):
+            barrier.wait()
+            db_pci.release_devices(s, f"a{round_}")
+
+        def claim(s, round_=round_, barrier=barrier):
+            barrier.wait()
+            db_pci.claim_devices(s, node_id, f"b{round_}", [("r", vf_key(0), 1)])
+
+        threads = [threading.Thread(target=run, args=(fn,)) for fn in (release, claim)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with db.reader() as s:
+            assert cascade_status(db_pci.devices_for_node(s, node_id)) == {}
+        with db.writer() as s:
+            db_pci.release_devices(s, f"a{round_}")
+            db_pci.release_devices(s, f"b{round_}")
+    assert statuses(db, node_id)[PF0] == "available"

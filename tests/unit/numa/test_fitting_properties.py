@@ -11,7 +11,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from numa.fitting import Limits, fit_instance_to_host
+from numa.fitting import Limits, check_fit, fit_instance_to_host
 from numa.tool import fit_case
 from numa.topology import (
     FittedTopology,
@@ -23,7 +23,7 @@ from numa.topology import (
 )
 from numa.usage import apply_usage, remove_usage
 
-SETTINGS = settings(max_examples=250, deadline=None,
+SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -31,28 +31,29 @@ SETTINGS = settings(max_examples=250, deadline=None,
 
 @st.composite
 def host_cells(draw, cell_id: int, first_cpu: int) -> HostCell:
-    cores = draw(st.integers(0, 4))
+    cores = draw(st.integers(0, 5))
     threads = draw(st.integers(1, 3))
-    shared = draw(st.integers(0, 3))
+    shared = draw(st.sampled_from([0, 1, 2, 4, 4]))
     pcpus = list(range(first_cpu, first_cpu + cores * threads))
     siblings = [frozenset(pcpus[i:i + threads]) for i in range(0, len(pcpus), threads)]
     if threads > 1 and siblings and draw(st.booleans()):
         siblings = siblings[1:]  # a core listed without siblings: single-thread
     cpuset = range(first_cpu + len(pcpus), first_cpu + len(pcpus) + shared)
-    pinned = draw(st.sets(st.sampled_from(pcpus))) if pcpus else set()
-    memory_mb = draw(st.integers(1, 16))
+    pinned = draw(st.sets(st.sampled_from(pcpus), max_size=len(pcpus) // 2)) if pcpus else ()
+    memory_mb = draw(st.integers(2, 16))
     pages = []
-    if draw(st.booleans()):
+    if draw(st.sampled_from([True, True, True, False])):
         small_total = memory_mb * 256
         pages.append(MemPage(4, small_total, draw(st.integers(0, small_total))))
         for size in draw(st.sets(st.sampled_from([2048, 8192]))):
-            total = draw(st.integers(0, 6))
+            total = draw(st.integers(0, 8))
             used = draw(st.integers(0, total))
             pages.append(MemPage(size, total, used, draw(st.integers(0, total - used))))
     return HostCell(
         id=cell_id, cpuset=frozenset(cpuset), pcpuset=frozenset(pcpus),
         siblings=tuple(siblings), memory_mb=memory_mb, mempages=tuple(pages),
-        cpu_usage=draw(st.integers(0, 6)), memory_usage=draw(st.integers(0, memory_mb)),
+        cpu_usage=draw(st.integers(0, 4)),
+        memory_usage=draw(st.integers(0, memory_mb // draw(st.sampled_from([1, 2, 4])))),
         pinned_cpus=frozenset(pinned))
 
 
@@ -69,19 +70,23 @@ def instances(draw, max_cells: int = 2) -> InstanceTopology:
     count = draw(st.integers(1, max_cells))
     policy = draw(st.sampled_from(["shared", "dedicated", "mixed"]))
     thread = draw(st.sampled_from([None, "prefer", "isolate", "require"]))
-    pagesize = draw(st.sampled_from([None, "small", "large", "any", 2048, 4, 8192]))
+    pagesize = draw(st.sampled_from([None, None, "small", "large", "any", 2048, 4, 8192]))
     cells = []
     vcpu = 0
     for i in range(count):
-        pinned = draw(st.integers(1 if policy == "dedicated" else 0,
-                                  0 if policy == "shared" else 4))
-        shared = draw(st.integers(0 if policy == "mixed" and pinned else 1,
-                                  0 if policy == "dedicated" else 3))
+        if policy == "shared":
+            pinned, shared = 0, draw(st.integers(1, 3))
+        elif policy == "dedicated":
+            pinned, shared = draw(st.integers(1, 4)), 0
+        else:
+            pinned = draw(st.integers(0, 4))
+            shared = draw(st.integers(0 if pinned else 1, 3))
         cpus = list(range(vcpu, vcpu + pinned + shared))
         vcpu += len(cpus)
         cells.append(InstanceCell(
             id=i, cpuset=frozenset(cpus[pinned:]), pcpuset=frozenset(cpus[:pinned]),
-            memory_mb=draw(st.integers(1, 8)), pagesize=pagesize, cpu_policy=policy,
+            memory_mb=draw(st.sampled_from([1, 2, 2, 4, 4, 6, 8])), pagesize=pagesize,
+            cpu_policy=policy,
             cpu_thread_policy=None if policy == "shared" else thread))
     emulator = None
     if any(cell.pcpuset for cell in cells):
@@ -174,7 +179,7 @@ def exists_fit(host: HostTopology, instance: InstanceTopology, limits: Limits | 
         if pci_check is not None and not pci_check(frozenset(c.id for c in cells)):
             continue
         if all(cell_fits_somehow(cell, guest, limits, reserve if i == 0 else 0)
-               for i, (cell, guest) in enumerate(zip(cells, instance.cells))):
+               for i, (cell, guest) in enumerate(zip(cells, instance.cells, strict=True))):
             return True
     return False
 
@@ -187,7 +192,7 @@ def assert_valid(host: HostTopology, instance: InstanceTopology, limits: Limits 
     assert len(set(host_ids)) == len(host_ids), "guest cells share a host cell"
     if pci_check is not None:
         assert pci_check(frozenset(host_ids))
-    for index, (guest, placed) in enumerate(zip(instance.cells, fitted.cells)):
+    for index, (guest, placed) in enumerate(zip(instance.cells, fitted.cells, strict=True)):
         cell = host.cell(placed.host_cell_id)
         assert cell is not None and placed.id == guest.id
         reserve = 1 if instance.emulator_threads_isolated and index == 0 else 0
@@ -225,6 +230,8 @@ def test_every_fit_is_valid_and_usage_round_trips(data):
     result = fit_instance_to_host(host, instance, limit, pci_check=pci_check,
                                   strategy=strategy)
     assert result.fits == (result.reason is None)
+    assert check_fit(host, instance, limit, pci_check=pci_check, strategy=strategy) \
+        == result.reason
     assert result.fits == exists_fit(host, instance, limit, pci_check), result.reason
     if result.fits:
         assert_valid(host, instance, limit, result.fitted, pci_check)

@@ -195,7 +195,7 @@ def _brute_force(pools, requests, cells, socket_of):
     """Every way to hand out individual devices: the slow truth."""
     from pci.matching import _candidates, _Numa
 
-    cands = _candidates(pools, requests, _Numa.of(cells, socket_of))
+    cands = _candidates(pools, requests, _Numa(cells, socket_of))
     slots = [r for r, q in enumerate(requests) for _ in range(q.count)]
     devices = [i for i, p in enumerate(pools) for _ in range(p.count)]
     if len(slots) > len(devices):
@@ -237,3 +237,10 @@ def test_agrees_with_brute_force(monkeypatch, hall_max):
             for r, q in enumerate(requests):
                 assert sum(n for i, _, n in picks if i == r) == q.count
     assert outcomes == {True, False}
+
+
+def test_match_memo_is_invisible():
+    a, b = req(1), req(1)
+    assert supports_requests((vf(0, 1),), [a])
+    assert a == b and a.to_primitive() == b.to_primitive() and "_match" not in repr(a)
+    assert hash(vf(0, 1).key) == hash(PoolKey("8086", "154c", "type-VF", 0, None))

@@ -56,3 +56,20 @@ def test_any_aggregate_value_may_match():
 
 def test_once_per_request():
     assert AggregateInstanceExtraSpecsFilter.run_filter_once_per_request
+
+
+def test_shared_aggregates_across_hosts_in_one_request():
+    ssd = fakes.aggregate({"ssd": "true"})
+    gpu = fakes.aggregate({"gpu": "a100"})
+    filt = AggregateInstanceExtraSpecsFilter(cfg.CONF)
+    spec = fakes.fake_spec(extra_specs={"ssd": "true", "gpu": "a100"})
+    both = fakes.fake_host("both", aggregates=[ssd, gpu])
+    only_ssd = fakes.fake_host("only_ssd", aggregates=[ssd])
+    only_gpu = fakes.fake_host("only_gpu", aggregates=[gpu])
+    ctx = fakes.ctx()
+    assert filt.host_passes(both, spec, ctx) is None
+    assert filt.host_passes(only_ssd, spec, ctx) == \
+        "aggregate metadata does not satisfy gpu='a100'"
+    assert filt.host_passes(only_gpu, spec, ctx) == \
+        "aggregate metadata does not satisfy ssd='true'"
+    assert filt.host_passes(both, spec, ctx) is None

@@ -1,7 +1,6 @@
 import pytest
 from oslo_config import cfg
 
-from scheduler.filters.aggregate_core import AggregateCoreFilter
 from scheduler.filters.core import CoreFilter
 from tests.unit.scheduler import fakes
 
@@ -26,22 +25,3 @@ def test_reason_text():
     host = fakes.fake_host(vcpus=2)
     reason = CoreFilter(cfg.CONF).host_passes(host, fakes.fake_spec(vcpus=4), fakes.ctx())
     assert reason == "insufficient vCPUs: need 4"
-
-
-def _agg_passes(host, vcpus):
-    return AggregateCoreFilter(cfg.CONF).host_passes(host, fakes.fake_spec(vcpus=vcpus),
-                                                     fakes.ctx())
-
-
-def test_aggregate_ratio_smallest_wins():
-    host = fakes.fake_host(vcpus=8, vcpus_used=12, cpu_allocation_ratio=16.0,
-                           aggregates=[{"cpu_allocation_ratio": "2.0"},
-                                       {"cpu_allocation_ratio": "4.0"}])
-    assert _agg_passes(host, 4) is None
-    assert _agg_passes(host, 5) == "insufficient vCPUs: need 5"
-
-
-def test_aggregate_falls_back_to_host_ratio():
-    host = fakes.fake_host(vcpus=8, vcpus_used=12, cpu_allocation_ratio=2.0)
-    assert _agg_passes(host, 4) is None
-    assert _agg_passes(host, 5) == "insufficient vCPUs: need 5"

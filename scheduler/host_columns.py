@@ -1,0 +1,99 @@
+"""HostColumns: the cached hosts' numbers as numpy columns, kept up to date.
+
+The fast path of the filter scheduler evaluates the cheap, numeric filters and
+weighers over all hosts at once on these columns instead of calling Python
+per host. Row ``i`` is ``HostManager``'s i-th host (ordered by node id). A
+column row is rewritten whenever its HostState changes (``HostState.touch``),
+so nothing is rebuilt per request; the columns are rebuilt only when hosts
+are added or removed.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+_EPOCH = None
+
+
+class HostColumns:
+    """Per-host numeric columns over a fixed list of HostStates."""
+
+    FLOAT_FIELDS = ("memory_used", "memory_limit", "vcpus_used", "vcpus_limit",
+                    "disk_used", "disk_limit", "disk_physical", "free_ram", "free_disk",
+                    "heartbeat", "num_io_ops", "num_instances", "failed_builds",
+                    "hypervisor_version", "pci_free", "cpu_ratio", "ram_ratio",
+                    "disk_ratio")
+    BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates")
+
+    def __init__(self, hosts: Sequence) -> None:
+        n = len(hosts)
+        self.n = n
+        self.hosts = list(hosts)
+        for name in self.FLOAT_FIELDS:
+            setattr(self, name, np.zeros(n, dtype=np.float64))
+        for name in self.BOOL_FIELDS:
+            setattr(self, name, np.zeros(n, dtype=bool))
+        self.az_code = np.zeros(n, dtype=np.int32)
+        self._az_codes: dict[str | None, int] = {}
+        self.index_by_host: dict[str, list[int]] = {}
+        for i, hs in enumerate(self.hosts):
+            hs.attach_columns(self, i)
+            self.index_by_host.setdefault(hs.host, []).append(i)
+            self.update(i, hs)
+
+    def az(self, name: str | None) -> int:
+        """The integer code of an availability zone name (-1: no host has it)."""
+        return self._az_codes.get(name, -1)
+
+    def update(self, i: int, hs) -> None:
+        """Rewrite row ``i`` from its HostState."""
+        self.memory_used[i] = hs.memory_mb_used
+        self.memory_limit[i] = hs.memory_mb_limit
+        self.vcpus_used[i] = hs.vcpus_used
+        self.vcpus_limit[i] = hs.vcpus_limit
+        self.disk_used[i] = hs.disk_mb_used
+        self.disk_limit[i] = hs.disk_mb_limit
+        self.disk_physical[i] = hs.local_gb * 1024 - hs.reserved_host_disk_mb
+        self.free_ram[i] = hs.free_ram_mb
+        self.free_disk[i] = hs.free_disk_mb
+        hb = hs.last_heartbeat
+        self.heartbeat[i] = np.inf if hb is None else _seconds(hb)
+        self.num_io_ops[i] = hs.num_io_ops
+        self.num_instances[i] = hs.num_instances
+        self.failed_builds[i] = hs.failed_builds
+        self.hypervisor_version[i] = hs.hypervisor_version or 0
+        free = 0
+        for pool in hs.pci_pools:
+            free += pool.count
+        self.pci_free[i] = free
+        self.cpu_ratio[i] = hs.cpu_allocation_ratio
+        self.ram_ratio[i] = hs.ram_allocation_ratio
+        self.disk_ratio[i] = hs.disk_allocation_ratio
+        self.disabled[i] = hs.disabled
+        self.has_numa[i] = hs.numa_topology is not None
+        self.has_aggregates[i] = bool(hs.aggregates)
+        code = self._az_codes.get(hs.availability_zone)
+        if code is None:
+            code = self._az_codes[hs.availability_zone] = len(self._az_codes)
+        self.az_code[i] = code
+
+    def host_indexes(self, names) -> list[int]:
+        out: list[int] = []
+        for name in names:
+            out.extend(self.index_by_host.get(name, ()))
+        return out
+
+
+def _seconds(dt) -> float:
+    """Seconds since the epoch of a naive UTC datetime."""
+    global _EPOCH
+    if _EPOCH is None:
+        import datetime
+
+        _EPOCH = datetime.datetime(1970, 1, 1)
+    return (dt - _EPOCH).total_seconds()
+
+
+def seconds(dt) -> float:
+    return _seconds(dt)

@@ -1,0 +1,188 @@
+"""A real berth-scheduler subprocess for functional tests, and its clients.
+
+Each daemon gets its own MariaDB database (migrated, with a fleet imported),
+its own exchange and topic on the local RabbitMQ (so runs never see each
+other's messages) and a temp config file. Queues are auto-deleted when the
+daemon goes away, so nothing piles up in the broker.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import sqlalchemy as sa
+from oslo_config import cfg
+
+from db import hosts as db_hosts
+from db import migration, models
+from db.api import Database
+from scheduler import fleet as fleet_mod
+from scheduler import rpc
+from scheduler.rpcapi import SchedulerAPI
+from scheduler.simulate import check_invariants
+from tests import services
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def small_fleet(n: int = 8, vcpus: int = 16, memory_mb: int = 32768,
+                local_gb: int = 400) -> dict:
+    return {"hosts": [{"host": f"fc{i:02d}", "vcpus": vcpus, "memory_mb": memory_mb,
+                       "local_gb": local_gb, "cpu_allocation_ratio": 1.0,
+                       "ram_allocation_ratio": 1.0, "reserved_host_memory_mb": 512}
+                      for i in range(n)]}
+
+
+class Daemon:
+    """One berth-scheduler process (possibly a supervisor with workers)."""
+
+    def __init__(self, tmp_path, backend: str = "eventlet", workers: int = 1,
+                 fleet: dict | None = None, extra: str = "") -> None:
+        services.require_rabbitmq()
+        self.tmp_path = tmp_path
+        self.backend = backend
+        self.workers = workers
+        self.run_id = uuid.uuid4().hex[:10]
+        self.topic = f"berth_ft_{self.run_id}"
+        self.exchange = f"berth_ft_{self.run_id}"
+        self.db_name, self.db_url = services.create_mariadb_database()
+        self.db = Database(self.db_url)
+        migration.db_sync(self.db)
+        db_hosts.import_fleet(self.db, fleet_mod.load_fleet(fleet or small_fleet()))
+        self.config = tmp_path / f"berth-{self.run_id}.conf"
+        self.config.write_text(f"""[DEFAULT]
+host = ft-{self.run_id}
+transport_url = {services.RABBIT_URL}
+control_exchange = {self.exchange}
+concurrency_backend = {backend}
+# Hosts were heartbeaten once, at import; keep them "up" for the whole run.
+service_down_time = 3600
+debug = false
+[scheduler]
+topic = {self.topic}
+workers = {workers}
+graceful_shutdown_timeout = 20
+auto_db_sync = never
+[database]
+connection = {self.db_url}
+[oslo_messaging_rabbit]
+amqp_auto_delete = true
+{extra}
+""")
+        self.log = tmp_path / f"berth-{self.run_id}.log"
+        self.proc: subprocess.Popen | None = None
+        self._transport = None
+
+    # -- process ----------------------------------------------------------------------
+    def start(self, timeout: float = 60) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "scheduler.cmd.scheduler",
+                 "--config-file", str(self.config)],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        self.wait_until_answering(timeout)
+
+    def wait_until_answering(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pids: set[int] = set()
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n"
+                                     + self.log_tail())
+            try:
+                pids.add(self.api(timeout=2).ping()["pid"])
+            except Exception:
+                time.sleep(0.2)
+                continue
+            if len(pids) >= self.workers or self.workers == 1:
+                return
+        raise AssertionError("daemon did not answer ping in time:\n" + self.log_tail())
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("daemon ignored SIGTERM:\n" + self.log_tail()) from None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        finally:
+            if self._transport is not None:
+                self._transport.cleanup()
+            self.db.dispose()
+            services.drop_mariadb_database(self.db_name)
+
+    # -- clients ----------------------------------------------------------------------
+    def api(self, timeout: float = 30) -> SchedulerAPI:
+        """A client on this daemon's exchange and topic (one transport, reused)."""
+        if self._transport is None:
+            cfg.CONF.set_override("control_exchange", self.exchange)
+            cfg.CONF.set_override("transport_url", services.RABBIT_URL)
+            try:
+                self._transport = rpc.get_transport(cfg.CONF)
+                # Must match the daemon's, or RabbitMQ refuses the second
+                # declaration of the exchange. Read when connections open (lazily).
+                cfg.CONF.set_override("amqp_auto_delete", True, group="oslo_messaging_rabbit")
+            finally:
+                cfg.CONF.clear_override("control_exchange")
+                cfg.CONF.clear_override("transport_url")
+        return SchedulerAPI(cfg.CONF, transport=self._transport, topic=self.topic,
+                            timeout=timeout)
+
+    # -- what the database holds ------------------------------------------------------
+    def allocations(self) -> dict[str, int]:
+        """instance_uuid -> compute_node_id, read from MariaDB directly."""
+        with self.db.reader_connection() as conn:
+            rows = conn.execute(sa.select(models.Allocation.instance_uuid,
+                                          models.Allocation.compute_node_id))
+            return {u: n for u, n in rows}
+
+    def usage(self) -> dict[str, tuple]:
+        with self.db.reader_connection() as conn:
+            return {r.host: (r.vcpus_used, r.memory_mb_used, r.disk_mb_used, r.running_vms)
+                    for r in conn.execute(sa.select(models.ComputeNode))}
+
+    def snapshot(self) -> tuple:
+        """Everything a refused request must leave untouched."""
+        with self.db.reader_connection() as conn:
+            nodes = [tuple(r) for r in conn.execute(sa.select(
+                models.ComputeNode.host, models.ComputeNode.generation,
+                models.ComputeNode.vcpus, models.ComputeNode.vcpus_used,
+                models.ComputeNode.memory_mb_used).order_by(models.ComputeNode.id))]
+            allocs = sorted(conn.execute(sa.select(models.Allocation.instance_uuid)).scalars())
+            aggs = conn.execute(sa.select(sa.func.count(models.Aggregate.id))).scalar()
+            devs = conn.execute(sa.select(sa.func.count(models.PciDevice.id))).scalar()
+        return nodes, allocs, aggs, devs
+
+    def assert_consistent(self) -> None:
+        """No over-commit and usage == sum of allocations (checked twice: the
+        simulator's invariant check and a plain GROUP BY here)."""
+        assert check_invariants(self.db) == []
+        with self.db.reader_connection() as conn:
+            a = models.Allocation
+            sums = {r[0]: tuple(int(x) for x in r[1:]) for r in conn.execute(
+                sa.select(a.compute_node_id, sa.func.sum(a.vcpus), sa.func.sum(a.memory_mb),
+                          sa.func.sum(a.disk_mb), sa.func.count(a.id))
+                .group_by(a.compute_node_id))}
+            for n in conn.execute(sa.select(models.ComputeNode)):
+                assert (n.vcpus_used, n.memory_mb_used, n.disk_mb_used, n.running_vms) \
+                    == sums.get(n.id, (0, 0, 0, 0)), n.host

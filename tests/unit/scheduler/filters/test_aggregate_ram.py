@@ -1,0 +1,42 @@
+from oslo_config import cfg
+
+from scheduler.filters.aggregate_ram import AggregateRamFilter
+from scheduler.filters.ram import RamFilter
+from tests.unit.scheduler import fakes
+
+
+def _agg_passes(host, memory_mb):
+    return AggregateRamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=memory_mb),
+                                                    fakes.ctx())
+
+
+def test_aggregate_ratio_overrides_host_ratio():
+    host = fakes.fake_host(ram_allocation_ratio=1.0,
+                           aggregates=[{"ram_allocation_ratio": "2.0"}])
+    assert _agg_passes(host, 32768) is None
+    assert _agg_passes(host, 32769) == "insufficient RAM: need 32769 MB"
+    # The plain RamFilter ignores the aggregate.
+    assert RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=32768),
+                                           fakes.ctx()) is not None
+
+
+def test_aggregate_ratio_smallest_wins():
+    host = fakes.fake_host(ram_allocation_ratio=3.0,
+                           aggregates=[{"ram_allocation_ratio": "2.0"},
+                                       {"ram_allocation_ratio": "1.5"}])
+    assert _agg_passes(host, 24576) is None
+    assert _agg_passes(host, 24577) == "insufficient RAM: need 24577 MB"
+
+
+def test_aggregate_falls_back_to_host_ratio():
+    host = fakes.fake_host(ram_allocation_ratio=1.5, aggregates=[{"other": "x"}])
+    assert _agg_passes(host, 24576) is None
+    assert _agg_passes(host, 24577) is not None
+    bad = fakes.fake_host(ram_allocation_ratio=1.5,
+                          aggregates=[{"ram_allocation_ratio": "lots"}])
+    assert _agg_passes(bad, 24576) is None
+    assert _agg_passes(bad, 24577) is not None
+
+
+def test_not_once_per_request():
+    assert not AggregateRamFilter.run_filter_once_per_request

@@ -1,0 +1,201 @@
+"""SchedulerManager: payloads validated on arrival, replies plain JSON, DB ops wired."""
+from __future__ import annotations
+
+import uuid
+
+import oslo_messaging
+import pytest
+import sqlalchemy as sa
+
+from db import models
+from scheduler import exception
+from scheduler.manager import SchedulerManager
+from scheduler.request_spec import RequestSpec
+
+SPEC = {"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 10}}
+HOST = {"host": "compute-001", "vcpus": 8, "memory_mb": 16384, "local_gb": 100}
+U1 = "11111111-1111-1111-1111-111111111111"
+
+
+class FakeSelection:
+    def __init__(self, instance_uuid, host):
+        self.instance_uuid, self.host = instance_uuid, host
+
+    def to_primitive(self):
+        return {"instance_uuid": self.instance_uuid, "host": self.host}
+
+
+class FakeScheduler:
+    """Records calls; answers like FilterScheduler."""
+
+    def __init__(self):
+        self.calls = []
+
+    def parse_request(self, data):
+        return RequestSpec.from_primitive(data)
+
+    def select_destinations(self, spec, instance_uuids=None, return_alternates=False,
+                            dry_run=False):
+        self.calls.append(("select", spec, instance_uuids, return_alternates, dry_run))
+        if spec.vcpus > 64:
+            raise exception.NoValidHost(reason="0/1 hosts available", summary={"hosts": 1})
+        uuids = instance_uuids or [str(uuid.uuid4()) for _ in range(spec.num_instances)]
+        return [[FakeSelection(u, "compute-001"), FakeSelection(u, "compute-002")]
+                for u in uuids]
+
+    def release(self, instance_uuid):
+        self.calls.append(("release", instance_uuid))
+        return instance_uuid == U1
+
+    def reschedule(self, instance_uuid, failed_host):
+        self.calls.append(("reschedule", instance_uuid, failed_host))
+        return [FakeSelection(instance_uuid, "compute-002")]
+
+
+class Direct:
+    """Calls the endpoint as the dispatcher would, re-raising Berth's errors
+    (``expected_exceptions`` wraps them for oslo.messaging)."""
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+        self.scheduler = endpoint.scheduler
+
+    def __getattr__(self, name):
+        method = getattr(self.endpoint, name)
+
+        def call(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except oslo_messaging.ExpectedException as e:
+                raise e.exc_info[1] from None
+        return call
+
+
+@pytest.fixture
+def manager(sqlite_db):
+    return Direct(SchedulerManager(sqlite_db, FakeScheduler(), backend="threading"))
+
+
+def test_berth_errors_are_expected_exceptions(sqlite_db):
+    """So the daemon logs them at DEBUG and the client gets the original type."""
+    endpoint = SchedulerManager(sqlite_db, FakeScheduler())
+    with pytest.raises(oslo_messaging.ExpectedException) as e:
+        endpoint.release({}, "nope")
+    assert isinstance(e.value.exc_info[1], exception.InvalidRequest)
+
+
+def test_select_destinations_returns_primitives(manager):
+    out = manager.select_destinations({}, SPEC, instance_uuids=[U1], return_alternates=True)
+    assert out == [[{"instance_uuid": U1, "host": "compute-001"},
+                    {"instance_uuid": U1, "host": "compute-002"}]]
+    _, spec, uuids, alternates, dry_run = manager.scheduler.calls[0]
+    assert (spec.vcpus, uuids, alternates, dry_run) == (2, [U1], True, False)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"request_spec": []}, "request_spec"),
+    ({"request_spec": {"flavor": {"vcpus": 1}}}, "flavor.memory_mb"),
+    ({"request_spec": {**SPEC, "bogus": 1}}, "bogus"),
+    ({"request_spec": {**SPEC, "num_instances": "2"}}, "num_instances"),
+    ({"request_spec": {**SPEC, "force_hosts": ["h"] * 5000}}, "force_hosts"),
+    ({"request_spec": {**SPEC, "project_id": float("nan")}}, "request_spec.project_id"),
+    ({"request_spec": SPEC, "instance_uuids": "x"}, "instance_uuids"),
+    ({"request_spec": SPEC, "instance_uuids": ["not-a-uuid"]}, "instance_uuids[0]"),
+    ({"request_spec": SPEC, "instance_uuids": [U1] * 2000}, "instance_uuids"),
+    ({"request_spec": SPEC, "instance_uuids": [U1, U1]}, "instance_uuids"),
+    ({"request_spec": SPEC, "instance_uuids": [U1, str(uuid.uuid4())]}, "instance_uuids"),
+    ({"request_spec": SPEC, "dry_run": "yes"}, "dry_run"),
+    ({"request_spec": SPEC, "return_alternates": 1}, "return_alternates"),
+])
+def test_select_destinations_refuses_bad_payloads(manager, kwargs, field):
+    with pytest.raises(exception.InvalidRequest) as e:
+        manager.select_destinations({}, **kwargs)
+    assert e.value.field.startswith(field), (e.value.field, e.value.reason)
+    assert manager.scheduler.calls == []
+
+
+def test_no_valid_host_passes_through(manager):
+    with pytest.raises(exception.NoValidHost):
+        manager.select_destinations({}, {"flavor": {"vcpus": 100, "memory_mb": 1,
+                                                    "root_gb": 1}})
+
+
+def test_release_and_reschedule(manager):
+    assert manager.release({}, U1) is True
+    assert manager.release({}, str(uuid.uuid4())) is False
+    assert manager.reschedule({}, U1, "compute-001") == [
+        {"instance_uuid": U1, "host": "compute-002"}]
+    with pytest.raises(exception.InvalidRequest, match="instance_uuid"):
+        manager.release({}, 12)
+    with pytest.raises(exception.InvalidRequest, match="failed_host"):
+        manager.reschedule({}, U1, "")
+    with pytest.raises(exception.InvalidRequest, match="failed_host"):
+        manager.reschedule({}, U1, "x" * 300)
+
+
+def test_report_compute_node_upserts_and_bumps_generation(manager, sqlite_db):
+    first = manager.report_compute_node({}, HOST)
+    assert (first["host"], first["vcpus"]) == ("compute-001", 8)
+    second = manager.report_compute_node({}, {**HOST, "vcpus": 16})
+    assert second["vcpus"] == 16
+    assert second["generation"] > first["generation"]
+    assert [h["host"] for h in manager.list_hosts({})] == ["compute-001"]
+    assert manager.show_host({}, "compute-001")["vcpus"] == 16
+
+
+@pytest.mark.parametrize("node, field", [
+    ("compute-001", "node"),
+    ({**HOST, "vcpus": -1}, "hosts[0].vcpus"),
+    ({**HOST, "bogus": 1}, "hosts[0]"),
+    ({**HOST, "stats": {"k": float("inf")}}, "node.stats.k"),
+])
+def test_report_compute_node_refuses_bad_payloads(manager, sqlite_db, node, field):
+    with pytest.raises(exception.InvalidRequest) as e:
+        manager.report_compute_node({}, node)
+    assert e.value.field.startswith(field), e.value.field
+    with sqlite_db.reader() as session:
+        assert session.scalar(sa.select(sa.func.count(models.ComputeNode.id))) == 0
+
+
+def test_report_pci_devices(manager, sqlite_db):
+    manager.report_compute_node({}, HOST)
+    dev = {"address": "0000:81:00.0", "vendor_id": "8086", "product_id": "1572",
+           "dev_type": "type-PF", "numa_node": 0}
+    manager.report_pci_devices({}, "compute-001", [dev])
+    assert manager.show_host({}, "compute-001")["pci_devices"]["total"] == 1
+    with pytest.raises(exception.InvalidRequest) as e:
+        manager.report_pci_devices({}, "compute-001", [dict(dev, vendor_id="zz")])
+    assert e.value.field.startswith("devices[0]")
+    with pytest.raises(exception.InvalidRequest, match="more than"):
+        manager.report_pci_devices({}, "compute-001", [dev] * 5000)
+    with pytest.raises(exception.NotFound):
+        manager.report_pci_devices({}, "nope", [dev])
+
+
+def test_aggregates(manager):
+    manager.report_compute_node({}, HOST)
+    agg = manager.aggregate_create({}, "fast", availability_zone="az1",
+                                   metadata={"ssd": True, "n": 2})
+    assert agg["name"] == "fast"
+    manager.aggregate_add_host({}, "fast", "compute-001")
+    manager.aggregate_set_metadata({}, "fast", {"gpu": "1"})
+    manager.aggregate_update({}, "fast", new_name="faster")
+    names = [a["name"] for a in manager.aggregate_list({})]
+    assert names == ["faster"]
+    assert manager.show_host({}, "compute-001")["availability_zone"] == "az1"
+    manager.aggregate_update({}, "faster", availability_zone=None)
+    manager.aggregate_remove_host({}, "faster", "compute-001")
+    assert manager.aggregate_delete({}, "faster") is True
+    with pytest.raises(exception.NotFound):
+        manager.aggregate_delete({}, "faster")
+    with pytest.raises(exception.InvalidRequest, match="metadata"):
+        manager.aggregate_create({}, "x", metadata={"k": ["list"]})
+    with pytest.raises(exception.InvalidRequest, match="bogus"):
+        manager.aggregate_update({}, "x", bogus=1)
+    with pytest.raises(exception.InvalidRequest, match="name"):
+        manager.aggregate_create({}, "bad\nname")
+
+
+def test_ping(manager):
+    info = manager.ping({})
+    assert info["version"] == "1.0" and info["backend"] == "threading"

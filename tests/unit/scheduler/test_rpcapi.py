@@ -1,0 +1,129 @@
+"""Client and daemon over an in-process transport: typed errors, version cap, drain."""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import oslo_messaging
+import pytest
+from oslo_config import cfg
+
+from scheduler import exception, rpc
+from scheduler.rpcapi import SchedulerAPI
+from scheduler.service import SchedulerService
+from tests.unit.scheduler.test_manager import SPEC, FakeScheduler
+
+
+class SlowScheduler(FakeScheduler):
+    """Holds each select_destinations until ``gate`` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def select_destinations(self, spec, **kw):
+        self.entered.set()
+        self.gate.wait(10)
+        return super().select_destinations(spec, **kw)
+
+
+@pytest.fixture
+def daemon(sqlite_db, request):
+    scheduler = getattr(request, "param", FakeScheduler)()
+    transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
+    topic = "test_" + uuid.uuid4().hex[:8]
+    cfg.CONF.set_override("topic", topic, group="scheduler")
+    service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
+                               scheduler=scheduler, db=sqlite_db)
+    service.start()
+    api = SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
+    yield service, api, scheduler
+    service.stop(5)
+    transport.cleanup()
+    cfg.CONF.clear_override("topic", group="scheduler")
+
+
+def test_calls_reach_the_endpoint(daemon):
+    _, api, scheduler = daemon
+    assert api.ping()["version"] == "1.0"
+    result = api.select_destinations(None, SPEC, return_alternates=True)
+    assert [s["host"] for s in result[0]] == ["compute-001", "compute-002"]
+    host = api.report_compute_node(None, {"host": "h1", "vcpus": 4, "memory_mb": 4096,
+                                          "local_gb": 10})
+    assert host["host"] == "h1"
+    assert [h["host"] for h in api.list_hosts(None)] == ["h1"]
+    assert api.show_host(None, "h1")["vcpus"] == 4
+    api.aggregate_create(None, "a1", hosts=["h1"])
+    api.aggregate_update(None, "a1", availability_zone="az9")
+    assert api.show_host(None, "h1")["availability_zone"] == "az9"
+    api.aggregate_update(None, "a1", new_name="a2")
+    assert api.aggregate_list(None)[0]["name"] == "a2"
+
+
+def test_errors_arrive_as_the_same_types(daemon):
+    _, api, _ = daemon
+    with pytest.raises(exception.InvalidRequest) as e:
+        api.select_destinations(None, {"flavor": {"vcpus": "x", "memory_mb": 1,
+                                                  "root_gb": 1}})
+    assert e.value.field == "flavor.vcpus"
+    assert e.value.message == "Invalid request: flavor.vcpus: expected an integer, got 'x'"
+    with pytest.raises(exception.NoValidHost) as e:
+        api.select_destinations(None, {"flavor": {"vcpus": 100, "memory_mb": 1,
+                                                  "root_gb": 1}})
+    assert e.value.summary == {"hosts": 1}
+    with pytest.raises(exception.NotFound):
+        api.show_host(None, "nope")
+
+
+def test_client_refuses_values_that_cannot_travel(daemon):
+    _, api, scheduler = daemon
+    with pytest.raises(exception.InvalidRequest) as e:
+        api.select_destinations(None, {"flavor": {"vcpus": 1, "memory_mb": 1,
+                                                  "root_gb": 1}, "project_id": object()})
+    assert e.value.field == "request_spec.project_id"
+    assert scheduler.calls == []
+
+
+def test_version_cap(daemon):
+    _, api, _ = daemon
+    cfg.CONF.set_override("rpc_version_cap", "0.9", group="scheduler")
+    try:
+        capped = SchedulerAPI(cfg.CONF, transport=api.transport)
+        with pytest.raises(oslo_messaging.RPCVersionCapError):
+            capped.ping()
+    finally:
+        cfg.CONF.clear_override("rpc_version_cap", group="scheduler")
+
+
+@pytest.mark.parametrize("daemon", [SlowScheduler], indirect=True)
+def test_stop_drains_requests_in_flight(daemon):
+    service, api, scheduler = daemon
+    box = {}
+    caller = threading.Thread(
+        target=lambda: box.setdefault("result", api.select_destinations(None, SPEC)))
+    caller.start()
+    assert scheduler.entered.wait(10)
+    stopper = threading.Thread(target=lambda: box.setdefault("drained", service.stop(10)))
+    stopper.start()
+    time.sleep(0.3)
+    assert stopper.is_alive()          # waiting for the request in flight
+    scheduler.gate.set()
+    stopper.join(10)
+    caller.join(10)
+    assert box["drained"] is True
+    assert box["result"][0][0]["host"] == "compute-001"
+
+
+@pytest.mark.parametrize("daemon", [SlowScheduler], indirect=True)
+def test_stop_gives_up_after_the_timeout(daemon):
+    service, api, scheduler = daemon
+    threading.Thread(target=lambda: api.select_destinations(None, SPEC),
+                     daemon=True).start()
+    assert scheduler.entered.wait(10)
+    started = time.monotonic()
+    assert service.stop(0.5) is False
+    assert time.monotonic() - started < 3
+    scheduler.gate.set()
+    time.sleep(1)  # let the abandoned drain finish before the transport goes away

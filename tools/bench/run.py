@@ -1,0 +1,756 @@
+"""Berth benchmark (issue 7): ``tox -e bench [-- --quick] [--json PATH]``.
+
+For each fleet size and database backend: bulk-load a seeded fleet
+(``tools/bench/fleet.py``), then measure in-process ``select_destinations``
+p50/p99 for a request mix (real claims, released between iterations; one dry-run
+row for comparison), the host-state refresh after 10 changed hosts and the
+start-up load. End to end: the ``berth-scheduler`` daemon as a subprocess, called
+through ``scheduler.rpcapi`` over RabbitMQ at 1 and 16 concurrent clients with 1
+and 2 workers; and the daemon's peak RSS per fleet size. Prints one table with
+the issue's targets beside the figures; ``--json PATH`` writes the same rows.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import dataclasses
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+
+import sqlalchemy as sa  # noqa: E402
+from oslo_config import cfg  # noqa: E402
+
+from db import models  # noqa: E402
+from scheduler import exception  # noqa: E402
+from scheduler.filter_scheduler import (  # noqa: E402
+    DEFAULT_FILTERS,
+    DEFAULT_WEIGHERS,
+    FilterScheduler,
+)
+from scheduler.filters import FILTER_NAMESPACE  # noqa: E402
+from scheduler.host_manager import HostManager  # noqa: E402
+from scheduler.weights import WEIGHER_NAMESPACE  # noqa: E402
+from tools.bench import fleet as bench_fleet  # noqa: E402
+
+TRANSPORT_URL = os.environ.get("BERTH_BENCH_TRANSPORT_URL",
+                               "rabbit://guest:guest@127.0.0.1:5672/")
+PCI_ALIAS = {"name": "vf", "vendor_id": bench_fleet.VENDOR,
+             "product_id": bench_fleet.VF_PRODUCT, "device_type": "type-VF",
+             "numa_policy": "required"}
+SERVICE_DOWN_TIME = 86400
+
+
+# -- the request mix ----------------------------------------------------------------------
+
+def _plain() -> dict:
+    return {"flavor": {"name": "m1.medium", "vcpus": 2, "memory_mb": 4096, "root_gb": 20},
+            "project_id": "bench", "user_id": "bench"}
+
+
+def _multi() -> dict:
+    return {"flavor": {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "root_gb": 10},
+            "num_instances": 10, "project_id": "bench", "user_id": "bench"}
+
+
+def _anti_affinity() -> dict:
+    return {"flavor": {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "root_gb": 10},
+            "num_instances": 3, "project_id": "bench", "user_id": "bench",
+            "instance_group": {"uuid": str(uuidlib.uuid4()), "policy": "anti-affinity"}}
+
+
+def _pinned() -> dict:
+    return {"flavor": {"name": "pinned.large", "vcpus": 4, "memory_mb": 8192, "root_gb": 40,
+                       "extra_specs": {"hw:cpu_policy": "dedicated",
+                                       "hw:mem_page_size": "large"}},
+            "project_id": "bench", "user_id": "bench"}
+
+
+def _pci() -> dict:
+    return {"flavor": {"name": "nfv.large", "vcpus": 4, "memory_mb": 8192, "root_gb": 40,
+                       "extra_specs": {"hw:cpu_policy": "dedicated",
+                                       "hw:mem_page_size": "large",
+                                       "pci_passthrough:alias": "vf:1"}},
+            "project_id": "bench", "user_id": "bench"}
+
+
+def _nowhere() -> dict:
+    return {"flavor": {"name": "huge", "vcpus": 512, "memory_mb": 4 * 1024 * 1024,
+                       "root_gb": 100}, "project_id": "bench", "user_id": "bench"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    label: str
+    payload: Callable[[], dict]
+    expect_novalidhost: bool = False
+    dry_run: bool = False
+
+
+CASES = (
+    Case("plain", "plain 2 vCPU / 4 GiB", _plain),
+    Case("plain_dry", "plain, dry run (no claim)", _plain, dry_run=True),
+    Case("multi10", "multi-instance x10", _multi),
+    Case("anti_affinity", "anti-affinity group x3", _anti_affinity),
+    Case("pinned", "pinned CPUs + huge pages", _pinned),
+    Case("pci", "pinned + PCI VF (numa required)", _pci),
+    Case("nowhere", "fits nowhere (NoValidHost)", _nowhere, expect_novalidhost=True),
+)
+
+
+# -- targets (issue 7) ----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    text: str
+    size: int
+    check: Callable[[float], bool]
+
+
+def _le(limit: float) -> Callable[[float], bool]:
+    return lambda v: v <= limit
+
+
+def _ge(limit: float) -> Callable[[float], bool]:
+    return lambda v: v >= limit
+
+
+TARGETS: dict[str, list[Target]] = {
+    "inproc.plain.p50_ms": [Target("<= 2 ms @10k", 10000, _le(2.0)),
+                            Target("<= 20 ms @100k", 100000, _le(20.0))],
+    "inproc.pinned.p50_ms": [Target("<= 10 ms @10k", 10000, _le(10.0))],
+    "inproc.pci.p50_ms": [Target("<= 10 ms @10k", 10000, _le(10.0))],
+    "refresh.changed10.p50_ms": [Target("<= 5 ms @10k", 10000, _le(5.0))],
+    "e2e.w1.c1.p50_ms": [Target("<= 5 ms @10k", 10000, _le(5.0))],
+    "e2e.w1.c16.rps": [Target(">= 300 req/s @10k", 10000, _ge(300.0))],
+    "e2e.w2.c16.rps": [Target(">= 300 req/s @10k", 10000, _ge(300.0))],
+    "rss.w1.peak_mib": [Target("<= 1.5 GiB @100k", 100000, _le(1536.0))],
+}
+
+
+# -- results --------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Row:
+    """One figure of the table (and of the JSON)."""
+
+    key: str
+    label: str
+    size: int
+    backend: str
+    value: float | None = None
+    unit: str = ""
+    detail: str = ""
+    target: str = ""
+    status: str = ""
+    p99_ms: float | None = None
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self.notes: list[str] = []
+
+    def add(self, key: str, label: str, size: int, backend: str, value: float | None,
+            unit: str, detail: str = "") -> Row:
+        row = Row(key, label, size, backend, value, unit, detail)
+        for t in TARGETS.get(key, ()):
+            if t.size == size:
+                row.target = t.text
+                if value is not None:
+                    row.status = "PASS" if t.check(value) else "MISS"
+            elif not row.target:
+                row.target = f"({t.text})"
+        self.rows.append(row)
+        print(f"  {label:<40} {_fmt(value, unit):>14}  {detail}", flush=True)
+        return row
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        print(f"  note: {text}", flush=True)
+
+    def table(self) -> str:
+        head = ("fleet", "db", "measurement", "value", "detail", "target", "")
+        lines = [(f"{r.size:,}" if r.size else "", r.backend, r.label, _fmt(r.value, r.unit),
+                  r.detail, r.target, r.status) for r in self.rows]
+        widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
+        out = ["  ".join(str(c).ljust(w) if i != 3 else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(h, widths, strict=True))).rstrip()
+               for h in [head, tuple("-" * w for w in widths), *lines]]
+        out.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(out)
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit in ("ms",):
+        return f"{value:.2f} ms" if value < 100 else f"{value:.0f} ms"
+    if unit == "s":
+        return f"{value:.2f} s"
+    if unit == "req/s":
+        return f"{value:.0f} req/s"
+    if unit == "MiB":
+        return f"{value:.0f} MiB"
+    return f"{value:g} {unit}".strip()
+
+
+def _pct(samples: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(samples)
+    index = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[index]
+
+
+# -- configuration --------------------------------------------------------------------------
+
+def available_plugins(namespace: str, names: list[str]) -> tuple[list[str], list[str]]:
+    """(loadable, missing) entry-point names, in the given order."""
+    eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=namespace)}
+    ok, missing = [], []
+    for name in names:
+        try:
+            eps[name].load()
+            ok.append(name)
+        except Exception:
+            missing.append(name)
+    return ok, missing
+
+
+@dataclasses.dataclass
+class Plugins:
+    filters: list[str]
+    weighers: list[str]
+    missing: list[str]
+
+
+def configure() -> Plugins:
+    """Default filters (incl. NUMA + PCI) and all weighers, minus any not installed yet."""
+    filters, miss_f = available_plugins(FILTER_NAMESPACE, list(DEFAULT_FILTERS))
+    weighers, miss_w = available_plugins(WEIGHER_NAMESPACE, list(DEFAULT_WEIGHERS))
+    conf = cfg.CONF
+    conf([], project="berth", default_config_files=[])
+    conf.set_override("enabled_filters", filters, group="filter_scheduler")
+    conf.set_override("weight_classes", weighers, group="filter_scheduler")
+    conf.set_override("alias", [json.dumps(PCI_ALIAS)], group="pci")
+    # Heartbeats are written once at load time; keep the hosts up for the whole run.
+    conf.set_override("service_down_time", SERVICE_DOWN_TIME)
+    try:
+        import scheduler.rpc  # noqa: F401  (registers [DEFAULT] transport_url)
+    except ImportError:
+        return Plugins(filters, weighers, miss_f + miss_w)
+    conf.set_override("transport_url", TRANSPORT_URL)
+    return Plugins(filters, weighers, miss_f + miss_w)
+
+
+# -- in-process -----------------------------------------------------------------------------
+
+def bench_inprocess(db, size: int, backend: str, res: Results, iterations: int,
+                    budget_s: float, profile: str | None) -> None:
+    """Start-up load, the request mix, and the changed-rows refresh."""
+    conf = cfg.CONF
+    hm = HostManager(db, conf)
+    sched = FilterScheduler(hm, conf)
+    t0 = time.perf_counter()
+    hosts = hm.host_states()
+    startup = time.perf_counter() - t0
+    res.add("startup.load_s", "start-up load (first host_states)", size, backend, startup,
+            "s", f"{len(hosts):,} hosts")
+
+    for case in CASES:
+        try:
+            samples, placed = _run_case(sched, case, iterations, budget_s)
+        except Exception as e:      # keep measuring the rest; say what broke
+            res.add(f"inproc.{case.name}.p50_ms", case.label, size, backend, None, "ms",
+                    f"ERROR {type(e).__name__}: {str(e)[:80]}")
+            continue
+        mode = "dry run" if case.dry_run else "claim+release"
+        row = res.add(f"inproc.{case.name}.p50_ms", f"{case.label} p50", size, backend,
+                statistics.median(samples) * 1000, "ms",
+                f"p99 {_pct(samples, 99) * 1000:.2f} ms, n={len(samples)}, {mode}"
+                + ("" if case.expect_novalidhost else f", {placed} placed"))
+        row.p99_ms = _pct(samples, 99) * 1000
+
+    for changed in (0, 10):
+        samples = _bench_refresh(db, hm, changed, max(iterations, 20), budget_s)
+        key = "refresh.changed10.p50_ms" if changed else "refresh.unchanged.p50_ms"
+        row = res.add(key, f"refresh, {changed} hosts changed p50", size, backend,
+                      statistics.median(samples) * 1000, "ms",
+                      f"p99 {_pct(samples, 99) * 1000:.2f} ms, n={len(samples)}")
+        row.p99_ms = _pct(samples, 99) * 1000
+
+    if profile:
+        _profile(sched, profile, size, backend, iterations)
+
+
+def _run_case(sched: FilterScheduler, case: Case, iterations: int, budget_s: float
+              ) -> tuple[list[float], int]:
+    """Timed ``select_destinations`` calls (parse excluded); releases are untimed."""
+    samples: list[float] = []
+    placed = 0
+    deadline = time.perf_counter() + budget_s
+    for i in range(iterations + 1):            # the first call is a warm-up
+        spec = sched.parse_request(case.payload())
+        t0 = time.perf_counter()
+        try:
+            result = sched.select_destinations(spec, dry_run=case.dry_run)
+        except exception.NoValidHost:
+            if not case.expect_novalidhost:
+                raise
+            result = []
+        else:
+            if case.expect_novalidhost:
+                raise RuntimeError("expected NoValidHost, got a placement")
+        elapsed = time.perf_counter() - t0
+        if i:
+            samples.append(elapsed)
+        if not case.dry_run:
+            for alternatives in result:
+                sched.release(alternatives[0].instance_uuid)
+                placed += 1
+        if i >= 5 and time.perf_counter() > deadline:
+            break
+    return samples, placed
+
+
+def _bench_refresh(db, hm: HostManager, changed: int, iterations: int, budget_s: float
+                   ) -> list[float]:
+    """Time ``hm.refresh()`` after ``changed`` random rows got new usage, generation and
+    updated_at in SQL (usage alternates +1/-1 so the fleet ends as it started)."""
+    cn = models.ComputeNode.__table__
+    ids = [h.node_id for h in hm.host_states()]
+    rng = random.Random(7)
+    samples: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    hm.refresh()
+    for i in range(iterations + (iterations % 2)):
+        if changed:
+            pick = rng.sample(ids, changed)
+            sign = 1 if i % 2 == 0 else -1
+            with db.writer_connection() as conn:
+                conn.execute(sa.update(cn).where(cn.c.id.in_(pick)).values(
+                    vcpus_used=cn.c.vcpus_used + sign,
+                    memory_mb_used=cn.c.memory_mb_used + 512 * sign,
+                    generation=cn.c.generation + 1, updated_at=models.utcnow()))
+        t0 = time.perf_counter()
+        hm.refresh()
+        samples.append(time.perf_counter() - t0)
+        if changed:
+            missed = [n for n in pick if hm.get(n).updated is None]
+            if missed:
+                raise RuntimeError(f"refresh missed nodes {missed}")
+        if i >= 9 and i % 2 == 1 and time.perf_counter() > deadline:
+            break
+    return samples
+
+
+def _profile(sched: FilterScheduler, name: str, size: int, backend: str,
+             iterations: int) -> None:
+    case = next(c for c in CASES if c.name == name)
+    print(f"\n== profile: {case.label} @ {size:,} hosts, {backend} ==")
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        Profiler = None
+    if Profiler is not None:
+        prof = Profiler(interval=0.0005)
+        prof.start()
+        _run_case(sched, case, iterations, 60.0)
+        prof.stop()
+        print(prof.output_text(unicode=True, color=False, show_all=False))
+        return
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    _run_case(sched, case, iterations, 60.0)
+    pr.disable()
+    pstats.Stats(pr).sort_stats("cumulative").print_stats(30)
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+class Daemon:
+    """``berth-scheduler`` as a subprocess with a throwaway config and topic."""
+
+    def __init__(self, db_url: str, workers: int, plugins: Plugins, workdir: str) -> None:
+        self.tag = uuidlib.uuid4().hex[:8]
+        self.topic = f"berth-bench-{self.tag}"
+        self.workdir = workdir
+        self.log = os.path.join(workdir, f"daemon-{self.tag}.log")
+        self.config = os.path.join(workdir, f"berth-{self.tag}.conf")
+        aliases = json.dumps(PCI_ALIAS)
+        with open(self.config, "w") as f:
+            f.write(f"""[DEFAULT]
+transport_url = {TRANSPORT_URL}
+host = bench-{self.tag}
+concurrency_backend = eventlet
+log_file = {self.log}
+use_stderr = false
+service_down_time = {SERVICE_DOWN_TIME}
+
+[database]
+connection = {db_url}
+
+[scheduler]
+workers = {workers}
+topic = {self.topic}
+graceful_shutdown_timeout = 10
+
+[filter_scheduler]
+enabled_filters = {",".join(plugins.filters)}
+weight_classes = {",".join(plugins.weighers)}
+
+[pci]
+alias = {aliases}
+""")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.cmd.scheduler", "--config-file", self.config],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+    def pids(self) -> list[int]:
+        """The daemon and its worker processes."""
+        if self.proc is None:
+            return []
+        pids = [self.proc.pid]
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+        return pids
+
+    def peak_rss_mib(self) -> dict[int, float]:
+        """VmHWM per process, MiB."""
+        out = {}
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            out[pid] = int(line.split()[1]) / 1024
+            except OSError:
+                pass
+        return out
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 8) -> str:
+        text = ""
+        if os.path.exists(self.log):
+            with open(self.log) as f:
+                text = "".join(f.readlines()[-lines:])
+        if self.proc is not None and self.proc.poll() is not None and self.proc.stderr:
+            text += self.proc.stderr.read().decode(errors="replace")[-2000:]
+        return text
+
+
+def e2e_available() -> str | None:
+    """None when the daemon and client can run, else why not."""
+    for mod in ("scheduler.rpcapi", "scheduler.cmd.scheduler", "scheduler.service"):
+        try:
+            __import__(mod)
+        except Exception as e:
+            return f"{mod} not importable ({type(e).__name__})"
+    import socket
+
+    host, port = TRANSPORT_URL.rsplit("@", 1)[-1].strip("/").split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return f"RabbitMQ not answering on {host}:{port}"
+    return None
+
+
+@contextlib.contextmanager
+def running_daemon(db_url: str, workers: int, plugins: Plugins, workdir: str,
+                   start_timeout: float) -> Iterator[tuple[Daemon, Any]]:
+    """A started daemon and a client on its topic; stopped afterwards."""
+    from scheduler.rpcapi import SchedulerAPI
+
+    daemon = Daemon(db_url, workers, plugins, workdir)
+    daemon.start()
+    api = ping = None
+    try:
+        ping = SchedulerAPI(cfg.CONF, topic=daemon.topic, timeout=2, retry=0)
+        deadline = time.monotonic() + start_timeout
+        while True:
+            if daemon.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {daemon.proc.returncode}:\n"
+                                   f"{daemon.log_tail()}")
+            try:
+                ping.ping()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"daemon did not answer within {start_timeout:.0f} s"
+                                       f":\n{daemon.log_tail()}") from None
+        api = SchedulerAPI(cfg.CONF, topic=daemon.topic, timeout=120)
+        yield daemon, api
+    finally:
+        for client in (api, ping):
+            if client is not None:
+                client.close()
+        daemon.stop()
+
+
+def _warm_up(api, workers: int) -> float:
+    """Make every worker load its host-state cache; returns the slowest first call (s)."""
+    slowest = 0.0
+    uuids = []
+
+    def one() -> float:
+        t0 = time.perf_counter()
+        sel = api.select_destinations(None, _plain())
+        uuids.append(sel[0][0]["instance_uuid"])
+        return time.perf_counter() - t0
+
+    with concurrent.futures.ThreadPoolExecutor(max(4, workers * 4)) as pool:
+        for t in pool.map(lambda _: one(), range(max(4, workers * 4))):
+            slowest = max(slowest, t)
+    _release_all(api, uuids)
+    return slowest
+
+
+def _release_all(api, uuids: list[str]) -> None:
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda u: api.release(None, u), uuids))
+
+
+def _measure_clients(api, clients: int, requests: int) -> tuple[list[float], float, int]:
+    """``requests`` plain selects from ``clients`` threads: (latencies, wall s, errors)."""
+    latencies: list[float] = []
+    uuids: list[str] = []
+    errors = [0]
+    lock = threading.Lock()
+    per_client = max(1, requests // clients)
+
+    def client() -> None:
+        for _ in range(per_client):
+            t0 = time.perf_counter()
+            try:
+                sel = api.select_destinations(None, _plain())
+            except Exception:
+                with lock:
+                    errors[0] += 1
+                continue
+            dt = time.perf_counter() - t0
+            with lock:
+                latencies.append(dt)
+                uuids.append(sel[0][0]["instance_uuid"])
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    _release_all(api, uuids)
+    return latencies, wall, errors[0]
+
+
+def bench_e2e(url: str, size: int, backend: str, res: Results, plugins: Plugins,
+              workdir: str, requests: int, worker_counts: tuple[int, ...]) -> None:
+    """Latency at 1 and 16 clients and throughput, per worker count; peak RSS."""
+    for workers in worker_counts:
+        try:
+            with running_daemon(url, workers, plugins, workdir, 60 + size / 500) as (d, api):
+                first = _warm_up(api, workers)
+                res.add(f"e2e.w{workers}.first_s", f"e2e {workers}w first request (cache load)",
+                        size, backend, first, "s")
+                for clients in (1, 16):
+                    n = requests if clients == 1 else requests * 4
+                    lat, wall, errors = _measure_clients(api, clients, n)
+                    if not lat:
+                        raise RuntimeError(f"all {errors} requests failed")
+                    p99 = _pct(lat, 99) * 1000
+                    row = res.add(f"e2e.w{workers}.c{clients}.p50_ms",
+                            f"e2e {workers}w {clients:>2} client(s) p50", size, backend,
+                            statistics.median(lat) * 1000, "ms",
+                            f"p99 {p99:.2f} ms, n={len(lat)}"
+                            + (f", {errors} errors" if errors else ""))
+                    row.p99_ms = p99
+                    res.add(f"e2e.w{workers}.c{clients}.rps",
+                            f"e2e {workers}w {clients:>2} client(s) throughput", size, backend,
+                            len(lat) / wall, "req/s")
+                _add_rss(res, d, size, backend, workers)
+        except Exception as e:
+            res.add(f"e2e.w{workers}", f"e2e {workers}w", size, backend, None, "",
+                    f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+
+
+def bench_rss_only(url: str, size: int, backend: str, res: Results, plugins: Plugins,
+                   workdir: str) -> None:
+    """Start the daemon (1 worker), load its cache with a few requests, read VmHWM."""
+    try:
+        with running_daemon(url, 1, plugins, workdir, 60 + size / 500) as (d, api):
+            first = _warm_up(api, 1)
+            res.add("e2e.w1.first_s", "e2e 1w first request (cache load)", size, backend,
+                    first, "s")
+            _add_rss(res, d, size, backend, 1)
+    except Exception as e:
+        res.add("rss.w1.peak_mib", "daemon peak RSS (1 worker)", size, backend, None, "",
+                f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+
+
+def _add_rss(res: Results, d: Daemon, size: int, backend: str, workers: int) -> None:
+    rss = d.peak_rss_mib()
+    if not rss:
+        return
+    sup = d.proc.pid if workers > 1 else None
+    worker_rss = [v for pid, v in rss.items() if pid != sup]
+    detail = f"{len(worker_rss)} worker(s), total {sum(rss.values()):.0f} MiB"
+    if sup in rss:
+        detail += f" (supervisor {rss[sup]:.0f} MiB)"
+    res.add(f"rss.w{workers}.peak_mib", f"daemon peak RSS per worker ({workers}w)", size,
+            backend, max(worker_rss or [0.0]), "MiB", detail)
+
+
+# -- main -----------------------------------------------------------------------------------
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tox -e bench --", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true",
+                   help="CI mode: 1,000 hosts, small iteration counts, brief e2e (< 2 min)")
+    p.add_argument("--sizes", help="fleet sizes, e.g. 1000,10000 (default: quick 1000; "
+                                   "full 1000,10000,100000)")
+    p.add_argument("--backends", default="sqlite,mariadb", help="sqlite,mariadb")
+    p.add_argument("--iterations", type=int, help="timed calls per request kind "
+                                                  "(default: quick 20, full 100)")
+    p.add_argument("--budget", type=float, help="max seconds per request kind "
+                                                "(default: quick 2, full 20)")
+    p.add_argument("--e2e-size", type=int, help="fleet size for the e2e part "
+                                                "(default: quick 1000, full 10000)")
+    p.add_argument("--e2e-requests", type=int,
+                   help="requests at 1 client (x4 at 16 clients; default quick 100, full 500)")
+    p.add_argument("--no-e2e", action="store_true", help="skip the daemon part")
+    p.add_argument("--no-rss", action="store_true",
+                   help="skip starting the daemon at sizes other than --e2e-size")
+    p.add_argument("--mariadb-max", type=int, default=100000,
+                   help="largest fleet loaded into MariaDB (larger: SQLite only)")
+    p.add_argument("--profile", metavar="CASE", choices=[c.name for c in CASES],
+                   help="profile one request kind (pyinstrument if installed, else "
+                        "cProfile) at every size/backend measured")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    quick = args.quick
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")] if args.sizes else \
+        ([1000] if quick else [1000, 10000, 100000])
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    iterations = args.iterations or (20 if quick else 100)
+    budget = args.budget or (2.0 if quick else 20.0)
+    e2e_size = args.e2e_size or (1000 if quick else 10000)
+    e2e_requests = args.e2e_requests or (100 if quick else 500)
+    started = time.perf_counter()
+
+    logging_quiet()
+    plugins = configure()
+    res = Results()
+    print(f"Berth bench: sizes {sizes}, backends {backends}, {iterations} iterations "
+          f"(budget {budget:g} s per kind), seed {args.seed}")
+    print(f"filters: {', '.join(plugins.filters)}")
+    print(f"weighers: {', '.join(plugins.weighers)}")
+    if plugins.missing:
+        res.note("not installed yet, left out: " + ", ".join(plugins.missing))
+    e2e_skip = "--no-e2e" if args.no_e2e else e2e_available()
+    if e2e_skip:
+        res.add("e2e", f"e2e: skipped — {e2e_skip}", 0, "", None, "")
+    workdir = tempfile.mkdtemp(prefix="berth-bench-")
+
+    for size in sizes:
+        t0 = time.perf_counter()
+        fleet = bench_fleet.generate_fleet(size, args.seed)
+        c = fleet.counts()
+        print(f"\n== {size:,} hosts: generated in {time.perf_counter() - t0:.1f} s: "
+              f"{c['numa_hosts']:,} NUMA, {c['pci_hosts']:,} with PCI "
+              f"({c['pci_devices']:,} devices), {c['allocations']:,} allocations, "
+              f"{c['aggregates']} aggregates ==")
+        size_backends = [b for b in backends if b != "mariadb" or size <= args.mariadb_max]
+        if len(size_backends) < len(backends):
+            res.note(f"{size:,} hosts: MariaDB skipped (--mariadb-max {args.mariadb_max:,})")
+        daemon_backend = "mariadb" if "mariadb" in size_backends else \
+            (size_backends[0] if size_backends else None)
+        for backend in size_backends:
+            print(f"-- {backend} --")
+            bdb = bench_fleet.create_database(backend, workdir)
+            try:
+                load_s = bench_fleet.load_fleet(bdb.db, fleet)
+                res.add("load.bulk_s", "bulk load of the fleet (Core executemany)", size,
+                        backend, load_s, "s", f"{c['pci_devices']:,} PCI rows, "
+                        f"{c['allocations']:,} allocations")
+                bench_inprocess(bdb.db, size, backend, res, iterations, budget, args.profile)
+                if backend == daemon_backend and not e2e_skip:
+                    bdb.db.dispose()
+                    if size == e2e_size:
+                        bench_e2e(bdb.url, size, backend, res, plugins, workdir,
+                                  e2e_requests, (1, 2))
+                    elif not args.no_rss and not quick:
+                        bench_rss_only(bdb.url, size, backend, res, plugins, workdir)
+            finally:
+                bdb.drop()
+        del fleet
+
+    print("\n" + "=" * 100)
+    print(f"Berth benchmark — {platform.node()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}; in-process requests claim and release unless "
+          f"marked dry run; {time.perf_counter() - started:.0f} s total")
+    print(res.table())
+    if args.json:
+        doc = {"meta": {"sizes": sizes, "backends": backends, "iterations": iterations,
+                        "seed": args.seed, "quick": quick, "filters": plugins.filters,
+                        "weighers": plugins.weighers, "missing_plugins": plugins.missing,
+                        "cpus": os.cpu_count(), "python": platform.python_version(),
+                        "seconds": round(time.perf_counter() - started, 1)},
+               "rows": [dataclasses.asdict(r) for r in res.rows],
+               "notes": res.notes}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"JSON written to {args.json}")
+    return 0
+
+
+def logging_quiet() -> None:
+    """Keep the scheduler's INFO lines out of the table (warnings still show)."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
