@@ -64,8 +64,8 @@ def pools_for_nodes(conn: Conn, node_ids: Iterable[int] | None = None,
     ``node_ids=None``: every node with available devices (nodes without any are
     absent). Given ids: exactly those nodes, with ``()`` for a node that has no
     available device, so a refresh can overwrite stale pools. Each node's pools
-    are in canonical order (``pci.pools.sort_pools``); equal keys are shared
-    objects across nodes.
+    are in canonical order (``pci.pools.sort_pools``); equal keys and pools
+    are shared objects across nodes.
     """
     group = (_t.c.compute_node_id, *_POOL_COLUMNS)
     base = (sa.select(*group, sa.func.count())
@@ -80,16 +80,22 @@ def pools_for_nodes(conn: Conn, node_ids: Iterable[int] | None = None,
         for chunk in _chunks(ids):
             rows.extend(conn.execute(base.where(_t.c.compute_node_id.in_(chunk))))
 
+    # Equal keys and equal (key, count) pools are shared objects: fewer objects
+    # to build, and matching memoises per key.
     keys: dict[tuple, PoolKey] = {}
-    for node_id, vendor, product, dev_type, numa_node, physnet, count in rows:
-        raw = (vendor, product, dev_type, numa_node, physnet)
-        key = keys.get(raw)
-        if key is None:
-            key = keys[raw] = PoolKey(*raw)
-        pools = result.get(node_id)
+    shared: dict[tuple, PciPool] = {}
+    for row in rows:
+        values = tuple(row[1:])
+        pool = shared.get(values)
+        if pool is None:
+            key = keys.get(values[:5])
+            if key is None:
+                key = keys[values[:5]] = PoolKey(*values[:5])
+            pool = shared[values] = PciPool(key, values[5])
+        pools = result.get(row[0])
         if pools is None:
-            pools = result[node_id] = []
-        pools.append(PciPool(key, count))
+            pools = result[row[0]] = []
+        pools.append(pool)
     rank = {key: i for i, key in enumerate(sorted(keys.values(), key=PoolKey.sort_key))}
     return {node_id: tuple(sorted(pools, key=lambda p: rank[p.key])) if len(pools) > 1
             else tuple(pools) for node_id, pools in result.items()}

@@ -31,7 +31,7 @@ from db.models import utcnow
 from scheduler import exception
 from scheduler.filters import FILTER_NAMESPACE, BaseHostFilter, FilterContext
 from scheduler.host_manager import HostManager
-from scheduler.host_state import ConsumeRefused, Consumed, HostState
+from scheduler.host_state import Consumed, ConsumeRefused, HostState
 from scheduler.request_spec import RequestSpec
 from scheduler.weights import WEIGHER_NAMESPACE, BaseWeigher, normalize
 

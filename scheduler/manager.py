@@ -8,10 +8,12 @@ the same types and logs them at DEBUG, not as server tracebacks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging
@@ -39,7 +41,28 @@ MAX_METADATA = 128      # keys in one aggregate metadata update
 MAX_AGGREGATE_HOSTS = 10000
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")
 
-_expected = oslo_messaging.expected_exceptions(exception.BerthError)
+def _wire_error(error: exception.BerthError) -> exception.BerthError:
+    """The same error as a ``scheduler.exception`` type, the only module the
+    client may rebuild (e.g. ``fleet.InvalidFleet`` travels as InvalidRequest)."""
+    for cls in type(error).__mro__:
+        if cls.__module__ == exception.__name__:
+            if cls is type(error):
+                return error
+            return cls(error.message, **error.kwargs)
+    return exception.BerthError(error.message)
+
+
+def _expected(method: Callable) -> Callable:
+    """Berth's errors are answers, not server faults: oslo.messaging logs them at
+    DEBUG and sends them to the caller, who gets the same exception type."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except exception.BerthError as e:
+            raise _wire_error(e) from None
+
+    return oslo_messaging.expected_exceptions(exception.BerthError)(wrapper)
 
 
 def _name(value: Any, field: str) -> str:

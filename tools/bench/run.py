@@ -28,8 +28,11 @@ import tempfile
 import threading
 import time
 import uuid as uuidlib
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
+
+warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
@@ -264,7 +267,8 @@ def configure() -> Plugins:
 # -- in-process -----------------------------------------------------------------------------
 
 def bench_inprocess(db, size: int, backend: str, res: Results, iterations: int,
-                    budget_s: float, profile: str | None) -> None:
+                    budget_s: float, profile: str | None, cases: tuple[Case, ...] = CASES
+                    ) -> None:
     """Start-up load, the request mix, and the changed-rows refresh."""
     conf = cfg.CONF
     hm = HostManager(db, conf)
@@ -275,7 +279,7 @@ def bench_inprocess(db, size: int, backend: str, res: Results, iterations: int,
     res.add("startup.load_s", "start-up load (first host_states)", size, backend, startup,
             "s", f"{len(hosts):,} hosts")
 
-    for case in CASES:
+    for case in cases:
         try:
             samples, placed = _run_case(sched, case, iterations, budget_s)
         except Exception as e:      # keep measuring the rest; say what broke
@@ -326,7 +330,7 @@ def _run_case(sched: FilterScheduler, case: Case, iterations: int, budget_s: flo
             for alternatives in result:
                 sched.release(alternatives[0].instance_uuid)
                 placed += 1
-        if i >= 5 and time.perf_counter() > deadline:
+        if i >= 3 and time.perf_counter() > deadline:
             break
     return samples, placed
 
@@ -345,6 +349,7 @@ def _bench_refresh(db, hm: HostManager, changed: int, iterations: int, budget_s:
         if changed:
             pick = rng.sample(ids, changed)
             sign = 1 if i % 2 == 0 else -1
+            before = {n: hm.get(n).vcpus_used for n in pick}
             with db.writer_connection() as conn:
                 conn.execute(sa.update(cn).where(cn.c.id.in_(pick)).values(
                     vcpus_used=cn.c.vcpus_used + sign,
@@ -354,7 +359,7 @@ def _bench_refresh(db, hm: HostManager, changed: int, iterations: int, budget_s:
         hm.refresh()
         samples.append(time.perf_counter() - t0)
         if changed:
-            missed = [n for n in pick if hm.get(n).updated is None]
+            missed = [n for n in pick if hm.get(n).vcpus_used != before[n] + sign]
             if missed:
                 raise RuntimeError(f"refresh missed nodes {missed}")
         if i >= 9 and i % 2 == 1 and time.perf_counter() > deadline:
@@ -398,6 +403,7 @@ class Daemon:
         self.workdir = workdir
         self.log = os.path.join(workdir, f"daemon-{self.tag}.log")
         self.config = os.path.join(workdir, f"berth-{self.tag}.conf")
+        self.stderr = os.path.join(workdir, f"daemon-{self.tag}.stderr")
         aliases = json.dumps(PCI_ALIAS)
         with open(self.config, "w") as f:
             f.write(f"""[DEFAULT]
@@ -426,9 +432,10 @@ alias = {aliases}
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cmd.scheduler", "--config-file", self.config],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        with open(self.stderr, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "scheduler.cmd.scheduler", "--config-file",
+                 self.config], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
 
     def pids(self) -> list[int]:
         """The daemon and its worker processes."""
@@ -466,12 +473,12 @@ alias = {aliases}
             self.proc.wait()
 
     def log_tail(self, lines: int = 8) -> str:
+        """The last lines of the daemon's log file and of its stderr."""
         text = ""
-        if os.path.exists(self.log):
-            with open(self.log) as f:
-                text = "".join(f.readlines()[-lines:])
-        if self.proc is not None and self.proc.poll() is not None and self.proc.stderr:
-            text += self.proc.stderr.read().decode(errors="replace")[-2000:]
+        for path in (self.log, self.stderr):
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    text += "".join(f.readlines()[-lines:])
         return text
 
 
@@ -547,16 +554,21 @@ def _release_all(api, uuids: list[str]) -> None:
         list(pool.map(lambda u: api.release(None, u), uuids))
 
 
-def _measure_clients(api, clients: int, requests: int) -> tuple[list[float], float, int]:
-    """``requests`` plain selects from ``clients`` threads: (latencies, wall s, errors)."""
+def _measure_clients(api, clients: int, requests: int, budget_s: float
+                     ) -> tuple[list[float], float, int]:
+    """Plain selects from ``clients`` threads until ``requests`` are done or ``budget_s``
+    has passed (at least 2 per client): (latencies, wall seconds, errors)."""
     latencies: list[float] = []
     uuids: list[str] = []
     errors = [0]
     lock = threading.Lock()
-    per_client = max(1, requests // clients)
+    per_client = max(2, requests // clients)
+    deadline = time.perf_counter() + budget_s
 
     def client() -> None:
-        for _ in range(per_client):
+        for i in range(per_client):
+            if i >= 2 and time.perf_counter() > deadline:
+                break
             t0 = time.perf_counter()
             try:
                 sel = api.select_destinations(None, _plain())
@@ -581,7 +593,8 @@ def _measure_clients(api, clients: int, requests: int) -> tuple[list[float], flo
 
 
 def bench_e2e(url: str, size: int, backend: str, res: Results, plugins: Plugins,
-              workdir: str, requests: int, worker_counts: tuple[int, ...]) -> None:
+              workdir: str, requests: int, budget_s: float,
+              worker_counts: tuple[int, ...]) -> None:
     """Latency at 1 and 16 clients and throughput, per worker count; peak RSS."""
     for workers in worker_counts:
         try:
@@ -591,7 +604,7 @@ def bench_e2e(url: str, size: int, backend: str, res: Results, plugins: Plugins,
                         size, backend, first, "s")
                 for clients in (1, 16):
                     n = requests if clients == 1 else requests * 4
-                    lat, wall, errors = _measure_clients(api, clients, n)
+                    lat, wall, errors = _measure_clients(api, clients, n, budget_s)
                     if not lat:
                         raise RuntimeError(f"all {errors} requests failed")
                     p99 = _pct(lat, 99) * 1000
@@ -649,11 +662,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--iterations", type=int, help="timed calls per request kind "
                                                   "(default: quick 20, full 100)")
     p.add_argument("--budget", type=float, help="max seconds per request kind "
-                                                "(default: quick 2, full 20)")
+                                                "(default: quick 1.5, full 20)")
     p.add_argument("--e2e-size", type=int, help="fleet size for the e2e part "
                                                 "(default: quick 1000, full 10000)")
     p.add_argument("--e2e-requests", type=int,
                    help="requests at 1 client (x4 at 16 clients; default quick 100, full 500)")
+    p.add_argument("--e2e-budget", type=float,
+                   help="max seconds per e2e phase (default: quick 4, full 30)")
     p.add_argument("--no-e2e", action="store_true", help="skip the daemon part")
     p.add_argument("--no-rss", action="store_true",
                    help="skip starting the daemon at sizes other than --e2e-size")
@@ -662,6 +677,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", metavar="CASE", choices=[c.name for c in CASES],
                    help="profile one request kind (pyinstrument if installed, else "
                         "cProfile) at every size/backend measured")
+    p.add_argument("--cases", help="in-process request kinds to run, comma-separated "
+                                   f"(default all: {','.join(c.name for c in CASES)})")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     return p.parse_args(argv)
@@ -674,9 +691,17 @@ def main(argv: list[str] | None = None) -> int:
         ([1000] if quick else [1000, 10000, 100000])
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     iterations = args.iterations or (20 if quick else 100)
-    budget = args.budget or (2.0 if quick else 20.0)
+    budget = args.budget or (1.5 if quick else 20.0)
     e2e_size = args.e2e_size or (1000 if quick else 10000)
     e2e_requests = args.e2e_requests or (100 if quick else 500)
+    e2e_budget = args.e2e_budget or (4.0 if quick else 30.0)
+    cases = CASES
+    if args.cases:
+        wanted = {c.strip() for c in args.cases.split(",")}
+        unknown = wanted - {c.name for c in CASES}
+        if unknown:
+            raise SystemExit(f"unknown case(s): {', '.join(sorted(unknown))}")
+        cases = tuple(c for c in CASES if c.name in wanted)
     started = time.perf_counter()
 
     logging_quiet()
@@ -714,28 +739,32 @@ def main(argv: list[str] | None = None) -> int:
                 res.add("load.bulk_s", "bulk load of the fleet (Core executemany)", size,
                         backend, load_s, "s", f"{c['pci_devices']:,} PCI rows, "
                         f"{c['allocations']:,} allocations")
-                bench_inprocess(bdb.db, size, backend, res, iterations, budget, args.profile)
+                bench_inprocess(bdb.db, size, backend, res, iterations, budget, args.profile,
+                                cases)
                 if backend == daemon_backend and not e2e_skip:
                     bdb.db.dispose()
                     if size == e2e_size:
                         bench_e2e(bdb.url, size, backend, res, plugins, workdir,
-                                  e2e_requests, (1, 2))
+                                  e2e_requests, e2e_budget, (1, 2))
                     elif not args.no_rss and not quick:
                         bench_rss_only(bdb.url, size, backend, res, plugins, workdir)
             finally:
                 bdb.drop()
         del fleet
 
+    load = os.getloadavg()
     print("\n" + "=" * 100)
     print(f"Berth benchmark — {platform.node()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}; in-process requests claim and release unless "
-          f"marked dry run; {time.perf_counter() - started:.0f} s total")
+          f"{platform.python_version()}, load average {load[0]:.1f} at the end; in-process "
+          f"requests claim and release unless marked dry run; "
+          f"{time.perf_counter() - started:.0f} s total")
     print(res.table())
     if args.json:
         doc = {"meta": {"sizes": sizes, "backends": backends, "iterations": iterations,
                         "seed": args.seed, "quick": quick, "filters": plugins.filters,
                         "weighers": plugins.weighers, "missing_plugins": plugins.missing,
                         "cpus": os.cpu_count(), "python": platform.python_version(),
+                        "loadavg_end": load,
                         "seconds": round(time.perf_counter() - started, 1)},
                "rows": [dataclasses.asdict(r) for r in res.rows],
                "notes": res.notes}

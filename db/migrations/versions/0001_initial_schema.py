@@ -4,14 +4,20 @@ Revision ID: 0001
 Revises: (none)
 Create Date: 2026-12-02 14:36:21.013317
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = '0001'
 down_revision = None
 branch_labels = None
 depends_on = None
+
+# Microsecond timestamps and long JSON text on MariaDB/MySQL (as in db/models.py).
+TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mariadb").with_variant(
+    mysql.DATETIME(fsp=6), "mysql")
+JSON_TEXT = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mariadb").with_variant(
+    mysql.MEDIUMTEXT(), "mysql")
 
 
 def upgrade() -> None:
@@ -20,9 +26,9 @@ def upgrade() -> None:
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('name', sa.String(length=255), nullable=False),
     sa.Column('deleted', sa.Integer(), nullable=False),
-    sa.Column('deleted_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=True),
-    sa.Column('created_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
-    sa.Column('updated_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
+    sa.Column('deleted_at', TIMESTAMP, nullable=True),
+    sa.Column('created_at', TIMESTAMP, nullable=False),
+    sa.Column('updated_at', TIMESTAMP, nullable=False),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('name', 'deleted', name='uniq_aggregates0name0deleted'),
     sa.UniqueConstraint('uuid')
@@ -53,20 +59,21 @@ def upgrade() -> None:
     sa.Column('hypervisor_type', sa.String(length=255), nullable=True),
     sa.Column('hypervisor_version', sa.BigInteger(), nullable=True),
     sa.Column('host_ip', sa.String(length=64), nullable=True),
-    sa.Column('cpu_info', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
-    sa.Column('supported_instances', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
-    sa.Column('numa_topology', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
-    sa.Column('stats', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
-    sa.Column('metrics', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
+    sa.Column('cpu_info', JSON_TEXT, nullable=True),
+    sa.Column('supported_instances', JSON_TEXT, nullable=True),
+    sa.Column('numa_topology', JSON_TEXT, nullable=True),
+    sa.Column('stats', JSON_TEXT, nullable=True),
+    sa.Column('metrics', JSON_TEXT, nullable=True),
     sa.Column('disabled', sa.Boolean(), nullable=False),
     sa.Column('disabled_reason', sa.String(length=255), nullable=True),
     sa.Column('generation', sa.Integer(), nullable=False),
     sa.Column('deleted', sa.Integer(), nullable=False),
-    sa.Column('deleted_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=True),
-    sa.Column('created_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
-    sa.Column('updated_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
+    sa.Column('deleted_at', TIMESTAMP, nullable=True),
+    sa.Column('created_at', TIMESTAMP, nullable=False),
+    sa.Column('updated_at', TIMESTAMP, nullable=False),
     sa.PrimaryKeyConstraint('id'),
-    sa.UniqueConstraint('hypervisor_hostname', 'deleted', name='uniq_compute_nodes0hypervisor_hostname0deleted'),
+    sa.UniqueConstraint('hypervisor_hostname', 'deleted',
+                        name='uniq_compute_nodes0hypervisor_hostname0deleted'),
     sa.UniqueConstraint('uuid')
     )
     with op.batch_alter_table('compute_nodes', schema=None) as batch_op:
@@ -77,12 +84,12 @@ def upgrade() -> None:
     sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
     sa.Column('host', sa.String(length=255), nullable=False),
     sa.Column('binary', sa.String(length=255), nullable=False),
-    sa.Column('last_seen_up', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=True),
+    sa.Column('last_seen_up', TIMESTAMP, nullable=True),
     sa.Column('report_count', sa.Integer(), nullable=False),
     sa.Column('disabled', sa.Boolean(), nullable=False),
     sa.Column('disabled_reason', sa.String(length=255), nullable=True),
-    sa.Column('created_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
-    sa.Column('updated_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
+    sa.Column('created_at', TIMESTAMP, nullable=False),
+    sa.Column('updated_at', TIMESTAMP, nullable=False),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('host', 'binary', name='uniq_services0host0binary')
     )
@@ -116,13 +123,13 @@ def upgrade() -> None:
     sa.Column('vcpus', sa.Integer(), nullable=False),
     sa.Column('memory_mb', sa.BigInteger(), nullable=False),
     sa.Column('disk_mb', sa.BigInteger(), nullable=False),
-    sa.Column('numa_cells', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
-    sa.Column('pci_devices', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
+    sa.Column('numa_cells', JSON_TEXT, nullable=True),
+    sa.Column('pci_devices', JSON_TEXT, nullable=True),
     sa.Column('project_id', sa.String(length=255), nullable=True),
     sa.Column('user_id', sa.String(length=255), nullable=True),
     sa.Column('instance_group', sa.String(length=36), nullable=True),
-    sa.Column('request_spec', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
-    sa.Column('created_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
+    sa.Column('request_spec', JSON_TEXT, nullable=True),
+    sa.Column('created_at', TIMESTAMP, nullable=False),
     sa.ForeignKeyConstraint(['compute_node_id'], ['compute_nodes.id'], ),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('instance_uuid')
@@ -141,18 +148,23 @@ def upgrade() -> None:
     sa.Column('parent_addr', sa.String(length=12), nullable=True),
     sa.Column('numa_node', sa.Integer(), nullable=True),
     sa.Column('physical_network', sa.String(length=255), nullable=True),
-    sa.Column('tags', sa.Text().with_variant(mysql.MEDIUMTEXT(), 'mariadb').with_variant(mysql.MEDIUMTEXT(), 'mysql'), nullable=True),
+    sa.Column('tags', JSON_TEXT, nullable=True),
     sa.Column('status', sa.String(length=16), nullable=False),
     sa.Column('instance_uuid', sa.String(length=36), nullable=True),
     sa.Column('request_id', sa.String(length=36), nullable=True),
-    sa.Column('created_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
-    sa.Column('updated_at', sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mariadb').with_variant(mysql.DATETIME(fsp=6), 'mysql'), nullable=False),
+    sa.Column('created_at', TIMESTAMP, nullable=False),
+    sa.Column('updated_at', TIMESTAMP, nullable=False),
     sa.ForeignKeyConstraint(['compute_node_id'], ['compute_nodes.id'], ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id'),
-    sa.UniqueConstraint('compute_node_id', 'address', name='uniq_pci_devices0compute_node_id0address')
+    sa.UniqueConstraint('compute_node_id', 'address',
+                        name='uniq_pci_devices0compute_node_id0address')
     )
     with op.batch_alter_table('pci_devices', schema=None) as batch_op:
         batch_op.create_index('pci_devices_instance_uuid_idx', ['instance_uuid'], unique=False)
-        batch_op.create_index('pci_devices_node_pool_idx', ['compute_node_id', 'status', 'vendor_id', 'product_id', 'dev_type', 'numa_node', 'physical_network'], unique=False)
-        batch_op.create_index('pci_devices_pool_idx', ['status', 'compute_node_id', 'vendor_id', 'product_id', 'dev_type', 'numa_node', 'physical_network'], unique=False)
+        batch_op.create_index('pci_devices_node_pool_idx',
+                              ['compute_node_id', 'status', 'vendor_id', 'product_id',
+                               'dev_type', 'numa_node', 'physical_network'], unique=False)
+        batch_op.create_index('pci_devices_pool_idx',
+                              ['status', 'compute_node_id', 'vendor_id', 'product_id',
+                               'dev_type', 'numa_node', 'physical_network'], unique=False)
 

@@ -5,9 +5,8 @@ import pytest
 import sqlalchemy as sa
 from oslo_config import cfg
 
-from db import claims
+from db import claims, models
 from db import hosts as db_hosts
-from db import models
 from scheduler import exception, simulate
 from scheduler import fleet as fleet_mod
 from scheduler.filter_scheduler import FilterScheduler, load_filters

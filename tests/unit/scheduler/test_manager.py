@@ -153,6 +153,8 @@ def test_report_compute_node_refuses_bad_payloads(manager, sqlite_db, node, fiel
     with pytest.raises(exception.InvalidRequest) as e:
         manager.report_compute_node({}, node)
     assert e.value.field.startswith(field), e.value.field
+    # InvalidFleet is sent as its scheduler.exception base, which clients can rebuild.
+    assert type(e.value) is exception.InvalidRequest
     with sqlite_db.reader() as session:
         assert session.scalar(sa.select(sa.func.count(models.ComputeNode.id))) == 0
 
