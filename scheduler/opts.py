@@ -9,6 +9,8 @@ import importlib
 
 # Each module here exposes LIST_OPTS = [(group, [opts]), ...].
 _MODULES: tuple[str, ...] = (
+    "scheduler.rpc",
+    "scheduler.service",
     "scheduler.fleet",
     "scheduler.filter_scheduler",
     "scheduler.host_manager",

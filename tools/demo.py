@@ -102,7 +102,7 @@ def requests_to_send() -> list[tuple[str, dict]]:
     ]
 
 
-def run_burst(api, client_mod, exception) -> list[str]:
+def run_burst(api, client_mod, exception, errors: list[str]) -> list[str]:
     held: list[str] = []
     for label, spec in requests_to_send():
         title(label)
@@ -135,6 +135,10 @@ def run_burst(api, client_mod, exception) -> list[str]:
                 with lock:
                     refused[0] += 1
                 continue
+            except Exception as e:  # reported as a failure of the demo
+                with lock:
+                    errors.append(str(e).splitlines()[0][:160])
+                continue
             with lock:
                 latencies.append((time.monotonic() - t) * 1000)
                 held.append(sel[0][0]["instance_uuid"])
@@ -147,7 +151,9 @@ def run_burst(api, client_mod, exception) -> list[str]:
         t.join()
     latencies.sort()
     if latencies:
-        say(f"{len(latencies)} placed, {refused[0]} refused in "
+        for text in sorted(set(errors)):
+        say(f"ERROR x{errors.count(text)}: {text}")
+    say(f"{len(latencies)} placed, {refused[0]} refused in "
             f"{time.monotonic() - started:.2f} s; round trip p50 "
             f"{latencies[len(latencies) // 2]:.1f} ms, max {latencies[-1]:.1f} ms")
     return held
@@ -220,7 +226,9 @@ def main() -> int:
                                  capture_output=True, text=True)
             say("$ berth ping\n  " + (out.stdout or out.stderr).strip())
 
-        held = run_burst(api, client_mod, exception)
+        errors: list[str] = []
+        held = run_burst(api, client_mod, exception, errors)
+        rc = 1 if errors else 0
 
         title("hosts after the burst")
         say(client_mod.format_hosts(api.list_hosts(None)))
