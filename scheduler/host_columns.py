@@ -6,6 +6,12 @@ per host. Row ``i`` is ``HostManager``'s i-th host (ordered by node id). A
 column row is rewritten whenever its HostState changes (``HostState.touch``),
 so nothing is rebuilt per request; the columns are rebuilt only when hosts
 are added or removed.
+
+Derived columns, named for the HostState expression they hold: ``vcpus_usable``
+(vcpus - reserved), ``memory_usable`` (memory_mb - reserved), ``disk_usable``
+(local_gb * 1024 - reserved), ``disk_total`` (local_gb * 1024); ``az_extra``
+is True when the host's aggregates name a zone besides ``availability_zone``
+(so the zone column alone can't answer for it).
 """
 from __future__ import annotations
 
@@ -19,12 +25,13 @@ _EPOCH = None
 class HostColumns:
     """Per-host numeric columns over a fixed list of HostStates."""
 
-    FLOAT_FIELDS = ("memory_used", "memory_limit", "vcpus_used", "vcpus_limit",
-                    "disk_used", "disk_limit", "disk_physical", "free_ram", "free_disk",
+    FLOAT_FIELDS = ("memory_used", "memory_limit", "memory_usable", "vcpus", "vcpus_used",
+                    "vcpus_limit", "vcpus_usable", "disk_used", "disk_limit", "disk_usable",
+                    "disk_total", "free_ram", "free_disk",
                     "heartbeat", "num_io_ops", "num_instances", "failed_builds",
                     "hypervisor_version", "pci_free", "cpu_ratio", "ram_ratio",
                     "disk_ratio")
-    BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates")
+    BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates", "az_extra")
 
     def __init__(self, hosts: Sequence) -> None:
         n = len(hosts)
@@ -37,6 +44,8 @@ class HostColumns:
         self.az_code = np.zeros(n, dtype=np.int32)
         self._az_codes: dict[str | None, int] = {}
         self.index_by_host: dict[str, list[int]] = {}
+        #: aggregate metadata key -> (values, present), see ``aggregate_min``.
+        self._agg_min: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for i, hs in enumerate(self.hosts):
             hs.attach_columns(self, i)
             self.index_by_host.setdefault(hs.host, []).append(i)
@@ -50,11 +59,15 @@ class HostColumns:
         """Rewrite row ``i`` from its HostState."""
         self.memory_used[i] = hs.memory_mb_used
         self.memory_limit[i] = hs.memory_mb_limit
+        self.memory_usable[i] = hs.memory_mb - hs.reserved_host_memory_mb
+        self.vcpus[i] = hs.vcpus
         self.vcpus_used[i] = hs.vcpus_used
         self.vcpus_limit[i] = hs.vcpus_limit
+        self.vcpus_usable[i] = hs.vcpus - hs.reserved_host_cpus
         self.disk_used[i] = hs.disk_mb_used
         self.disk_limit[i] = hs.disk_mb_limit
-        self.disk_physical[i] = hs.local_gb * 1024 - hs.reserved_host_disk_mb
+        self.disk_total[i] = hs.local_gb * 1024
+        self.disk_usable[i] = hs.local_gb * 1024 - hs.reserved_host_disk_mb
         self.free_ram[i] = hs.free_ram_mb
         self.free_disk[i] = hs.free_disk_mb
         hb = hs.last_heartbeat
@@ -73,16 +86,50 @@ class HostColumns:
         self.disabled[i] = hs.disabled
         self.has_numa[i] = hs.numa_topology is not None
         self.has_aggregates[i] = bool(hs.aggregates)
+        self.az_extra[i] = bool(hs.aggregates) and _names_other_zone(hs)
+        for key, (values, present) in self._agg_min.items():
+            _aggregate_min_row(hs, key, i, values, present)
         code = self._az_codes.get(hs.availability_zone)
         if code is None:
             code = self._az_codes[hs.availability_zone] = len(self._az_codes)
         self.az_code[i] = code
+
+    def aggregate_min(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(values, present) per row: ``present`` where the host's aggregates give
+        ``key`` a valid float value, ``values`` the smallest of them (exactly
+        ``HostState.aggregate_min_float``). Built on first use for a key, then
+        kept up to date by ``update`` like the other columns."""
+        cached = self._agg_min.get(key)
+        if cached is None:
+            values = np.zeros(self.n, dtype=np.float64)
+            present = np.zeros(self.n, dtype=bool)
+            for i in np.flatnonzero(self.has_aggregates).tolist():
+                _aggregate_min_row(self.hosts[i], key, i, values, present)
+            cached = self._agg_min[key] = (values, present)
+        return cached
 
     def host_indexes(self, names) -> list[int]:
         out: list[int] = []
         for name in names:
             out.extend(self.index_by_host.get(name, ()))
         return out
+
+
+def _names_other_zone(hs) -> bool:
+    """Whether an aggregate of ``hs`` lists a zone other than its own (the
+    AvailabilityZoneFilter reads every listed zone, not only the first)."""
+    zone = hs.availability_zone
+    for agg in hs.aggregates:
+        value = agg.metadata.get("availability_zone")
+        if value and any(z.strip() != zone for z in value.split(",")):
+            return True
+    return False
+
+
+def _aggregate_min_row(hs, key: str, i: int, values: np.ndarray, present: np.ndarray) -> None:
+    value = hs.aggregate_min_float(key, None) if hs.aggregates else None
+    present[i] = value is not None
+    values[i] = 0.0 if value is None else value
 
 
 def _seconds(dt) -> float:

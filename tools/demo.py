@@ -150,10 +150,10 @@ def run_burst(api, client_mod, exception, errors: list[str]) -> list[str]:
     for t in threads:
         t.join()
     latencies.sort()
-    if latencies:
-        for text in sorted(set(errors)):
+    for text in sorted(set(errors)):
         say(f"ERROR x{errors.count(text)}: {text}")
-    say(f"{len(latencies)} placed, {refused[0]} refused in "
+    if latencies:
+        say(f"{len(latencies)} placed, {refused[0]} refused in "
             f"{time.monotonic() - started:.2f} s; round trip p50 "
             f"{latencies[len(latencies) // 2]:.1f} ms, max {latencies[-1]:.1f} ms")
     return held

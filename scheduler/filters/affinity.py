@@ -23,6 +23,9 @@ class SameHostFilter(BaseHostFilter):
                 return None
         return "not on the same host as the same_host instances"
 
+    def is_noop(self, spec) -> bool:
+        return not spec.scheduler_hints.same_host
+
 
 class DifferentHostFilter(BaseHostFilter):
     """Removes hosts running any of the ``different_host`` instances."""
@@ -38,3 +41,6 @@ class DifferentHostFilter(BaseHostFilter):
             if uuid in instances:
                 return "runs one of the different_host instances"
         return None
+
+    def is_noop(self, spec) -> bool:
+        return not spec.scheduler_hints.different_host

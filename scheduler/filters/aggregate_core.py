@@ -5,6 +5,8 @@ they disagree; invalid values are ignored), else the host's own ratio.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.filters.core import CoreFilter
 
 
@@ -16,3 +18,7 @@ class AggregateCoreFilter(CoreFilter):
         if host.aggregates:
             ratio = host.aggregate_min_float("cpu_allocation_ratio", ratio)
         return (host.vcpus - host.reserved_host_cpus) * ratio
+
+    def vcpus_limit_vector(self, cols):
+        values, present = cols.aggregate_min("cpu_allocation_ratio")
+        return cols.vcpus_usable * np.where(present, values, cols.cpu_ratio)

@@ -5,6 +5,8 @@ they disagree; invalid values are ignored), else the host's own ratio.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.filters.disk import DiskFilter
 
 
@@ -16,3 +18,7 @@ class AggregateDiskFilter(DiskFilter):
         if host.aggregates:
             ratio = host.aggregate_min_float("disk_allocation_ratio", ratio)
         return (host.local_gb * 1024 - host.reserved_host_disk_mb) * ratio
+
+    def disk_limit_vector(self, cols):
+        values, present = cols.aggregate_min("disk_allocation_ratio")
+        return cols.disk_usable * np.where(present, values, cols.disk_ratio)

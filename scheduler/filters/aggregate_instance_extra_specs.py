@@ -9,6 +9,8 @@ aggregates lack the key fails.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.filters import BaseHostFilter, FilterContext
 from scheduler.filters.extra_specs_ops import Predicate, compile_requirement
 
@@ -79,3 +81,13 @@ class AggregateInstanceExtraSpecsFilter(BaseHostFilter):
             else:
                 return reason
         return None
+
+    def is_noop(self, spec) -> bool:
+        return not self.requirements(spec)
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        # A host without aggregates lacks every key; otherwise ask host_passes
+        # (on the survivors of the other filters).
+        if cols.has_aggregates.any():
+            return None
+        return np.zeros(cols.n, dtype=bool)

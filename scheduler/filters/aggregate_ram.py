@@ -5,6 +5,8 @@ they disagree; invalid values are ignored), else the host's own ratio.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.filters.ram import RamFilter
 
 
@@ -16,3 +18,7 @@ class AggregateRamFilter(RamFilter):
         if host.aggregates:
             ratio = host.aggregate_min_float("ram_allocation_ratio", ratio)
         return (host.memory_mb - host.reserved_host_memory_mb) * ratio
+
+    def memory_limit_vector(self, cols):
+        values, present = cols.aggregate_min("ram_allocation_ratio")
+        return cols.memory_usable * np.where(present, values, cols.ram_ratio)

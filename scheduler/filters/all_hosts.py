@@ -12,5 +12,8 @@ class AllHostsFilter(BaseHostFilter):
     def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
         return None
 
+    def is_noop(self, spec) -> bool:
+        return True
+
     def filter_all(self, hosts: list, spec, ctx: FilterContext):
         return list(hosts), []

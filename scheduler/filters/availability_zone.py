@@ -6,6 +6,8 @@ separated by commas), else the default zone. No zone requested: every host passe
 """
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.filters import BaseHostFilter, FilterContext
 
 
@@ -24,3 +26,13 @@ class AvailabilityZoneFilter(BaseHostFilter):
             if value and zone in (z.strip() for z in value.split(",")):
                 return None
         return f"not in {zone}"
+
+    def is_noop(self, spec) -> bool:
+        return not spec.availability_zone
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        mask = cols.az_code == cols.az(spec.availability_zone)
+        # Hosts whose aggregates list further zones: ask host_passes.
+        for i in np.flatnonzero(cols.az_extra & ~mask).tolist():
+            mask[i] = self.host_passes(cols.hosts[i], spec, ctx) is None
+        return mask

@@ -6,6 +6,7 @@ import datetime
 from oslo_config import cfg
 
 from scheduler.filters import BaseHostFilter, FilterContext
+from scheduler.host_columns import seconds
 
 service_opts = [
     cfg.IntOpt("service_down_time",
@@ -44,3 +45,8 @@ class ComputeFilter(BaseHostFilter):
         if heartbeat is not None and heartbeat < self._heartbeat_cutoff(ctx):
             return "service down"
         return None
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        # Never-heartbeating hosts hold +inf, so they are never older than the cutoff.
+        cutoff = seconds(self._heartbeat_cutoff(ctx))
+        return ~(cols.disabled | (cols.heartbeat < cutoff))

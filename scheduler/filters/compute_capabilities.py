@@ -137,3 +137,6 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
             if value is None or not item.check(_as_text(value)):
                 return item.reason
         return None
+
+    def is_noop(self, spec) -> bool:
+        return not self.requirements(spec)

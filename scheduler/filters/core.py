@@ -15,8 +15,17 @@ class CoreFilter(BaseHostFilter):
         """Usable vCPUs (overcommit included)."""
         return host.vcpus_limit
 
+    def vcpus_limit_vector(self, cols):
+        """``vcpus_limit`` of every ``cols`` row."""
+        return cols.vcpus_limit
+
     def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
         vcpus = spec.vcpus
         if vcpus > host.vcpus or host.vcpus_used + vcpus > self.vcpus_limit(host):
             return f"insufficient vCPUs: need {vcpus}"
         return None
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        vcpus = spec.vcpus
+        return ~((vcpus > cols.vcpus)
+                 | (cols.vcpus_used + vcpus > self.vcpus_limit_vector(cols)))

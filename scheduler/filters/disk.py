@@ -15,8 +15,17 @@ class DiskFilter(BaseHostFilter):
         """Usable disk in MB (overcommit included)."""
         return host.disk_mb_limit
 
+    def disk_limit_vector(self, cols):
+        """``disk_limit`` of every ``cols`` row."""
+        return cols.disk_limit
+
     def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
         disk_mb = spec.disk_mb
         if disk_mb > host.local_gb * 1024 or host.disk_mb_used + disk_mb > self.disk_limit(host):
             return f"insufficient disk: need {disk_mb} MB"
         return None
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        disk_mb = spec.disk_mb
+        return ~((disk_mb > cols.disk_total)
+                 | (cols.disk_used + disk_mb > self.disk_limit_vector(cols)))

@@ -14,6 +14,8 @@ import operator
 import re
 from collections.abc import Callable
 
+import numpy as np
+
 from scheduler.filters import BaseHostFilter, FilterContext
 
 _ARCH_ALIASES = {"i386": "i686", "i486": "i686", "i586": "i686", "x86_32": "i686",
@@ -137,3 +139,20 @@ class ImagePropertiesFilter(BaseHostFilter):
         if check is not None and host.hypervisor_version and not check(host.hypervisor_version):
             return req.reason
         return None
+
+    def is_noop(self, spec) -> bool:
+        return self.requirement(spec).empty
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        req = self.requirement(spec)
+        if req.invalid:
+            return np.zeros(cols.n, dtype=bool)
+        if req.values:
+            return None     # supported_instances has no column
+        # Only a version requirement: decide once per distinct version.
+        check = req.version_check
+        versions = cols.hypervisor_version
+        distinct = np.unique(versions).tolist()
+        if distinct and abs(distinct[-1]) >= 2 ** 53:
+            return None     # not exact as a float
+        return np.isin(versions, [v for v in distinct if not v or check(int(v))])

@@ -5,6 +5,7 @@ A host's I/O operations count builds, resizes, snapshots… in progress
 """
 from __future__ import annotations
 
+import numpy as np
 from oslo_config import cfg
 
 from scheduler.filters import BaseHostFilter, FilterContext
@@ -40,11 +41,22 @@ class IoOpsFilter(BaseHostFilter):
     def host_limit(self, host, ctx: FilterContext) -> int:
         return self.configured_limit(ctx)
 
+    def host_limit_vector(self, cols, ctx: FilterContext):
+        """``host_limit`` of every ``cols`` row (an array or one number for all), or
+        None when some row can only be answered by ``host_limit``."""
+        return self.configured_limit(ctx)
+
     def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
         limit = self.host_limit(host, ctx)
         if host.num_io_ops >= limit:
             return f"max I/O operations per host reached ({limit})"
         return None
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        limit = self.host_limit_vector(cols, ctx)
+        if limit is None:
+            return None
+        return ~(cols.num_io_ops >= limit)
 
 
 class AggregateIoOpsFilter(IoOpsFilter):
@@ -56,3 +68,12 @@ class AggregateIoOpsFilter(IoOpsFilter):
         if host.aggregates:
             limit = int(host.aggregate_min_float("max_io_ops_per_host", limit))
         return limit
+
+    def host_limit_vector(self, cols, ctx: FilterContext):
+        limit = self.configured_limit(ctx)
+        values, present = cols.aggregate_min("max_io_ops_per_host")
+        if not present.any():
+            return limit
+        if not np.isfinite(values[present]).all():
+            return None     # int() of it raises in host_limit: keep that behaviour
+        return np.where(present, np.trunc(values), limit)

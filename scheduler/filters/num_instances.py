@@ -1,6 +1,7 @@
 """NumInstancesFilter and AggregateNumInstancesFilter: cap instances per host."""
 from __future__ import annotations
 
+import numpy as np
 from oslo_config import cfg
 
 from scheduler.filters import BaseHostFilter, FilterContext
@@ -36,11 +37,22 @@ class NumInstancesFilter(BaseHostFilter):
     def host_limit(self, host, ctx: FilterContext) -> int:
         return self.configured_limit(ctx)
 
+    def host_limit_vector(self, cols, ctx: FilterContext):
+        """``host_limit`` of every ``cols`` row (an array or one number for all), or
+        None when some row can only be answered by ``host_limit``."""
+        return self.configured_limit(ctx)
+
     def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
         limit = self.host_limit(host, ctx)
         if host.num_instances >= limit:
             return f"max instances per host reached ({limit})"
         return None
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        limit = self.host_limit_vector(cols, ctx)
+        if limit is None:
+            return None
+        return ~(cols.num_instances >= limit)
 
 
 class AggregateNumInstancesFilter(NumInstancesFilter):
@@ -52,3 +64,12 @@ class AggregateNumInstancesFilter(NumInstancesFilter):
         if host.aggregates:
             limit = int(host.aggregate_min_float("max_instances_per_host", limit))
         return limit
+
+    def host_limit_vector(self, cols, ctx: FilterContext):
+        limit = self.configured_limit(ctx)
+        values, present = cols.aggregate_min("max_instances_per_host")
+        if not present.any():
+            return limit
+        if not np.isfinite(values[present]).all():
+            return None     # int() of it raises in host_limit: keep that behaviour
+        return np.where(present, np.trunc(values), limit)

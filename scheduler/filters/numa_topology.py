@@ -17,3 +17,6 @@ class NUMATopologyFilter(BaseHostFilter):
             return None
         result = host.fit_numa(spec)
         return None if result.fitted is not None else result.reason
+
+    def is_noop(self, spec) -> bool:
+        return spec.numa_topology is None

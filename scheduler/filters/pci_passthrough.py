@@ -16,3 +16,6 @@ class PciPassthroughFilter(BaseHostFilter):
         if not host.pci_pools:
             return "host has no free PCI devices"
         return host.pci_reason(spec)
+
+    def is_noop(self, spec) -> bool:
+        return not spec.pci_requests

@@ -11,7 +11,14 @@ class RamFilter(BaseHostFilter):
         """Usable RAM in MB (overcommit included)."""
         return host.memory_mb_limit
 
+    def memory_limit_vector(self, cols):
+        """``memory_limit`` of every ``cols`` row."""
+        return cols.memory_limit
+
     def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
         if host.memory_mb_used + spec.memory_mb > self.memory_limit(host):
             return f"insufficient RAM: need {spec.memory_mb} MB"
         return None
+
+    def filter_vector(self, cols, spec, ctx: FilterContext):
+        return ~(cols.memory_used + spec.memory_mb > self.memory_limit_vector(cols))

@@ -7,6 +7,7 @@ requests weigh 0 everywhere (so these weighers don't change their order).
 """
 from __future__ import annotations
 
+import numpy as np
 from oslo_config import cfg
 
 from scheduler.weights import BaseWeigher
@@ -38,6 +39,18 @@ def _members_on_host(host, spec, ctx, policy: str) -> int:
     return ctx.group_hosts.get(host.host, 0)
 
 
+def _members_vector(cols, spec, ctx, policy: str, sign: float):
+    """``sign`` × the members of the request's ``policy`` group on each row's host."""
+    out = np.zeros(cols.n, dtype=np.float64)
+    group = spec.instance_group
+    if group is None or group.policy != policy:
+        return out
+    for host, members in ctx.group_hosts.items():
+        if members:
+            out[cols.index_by_host.get(host, [])] = sign * members
+    return out
+
+
 class ServerGroupSoftAffinityWeigher(BaseWeigher):
     """Raw weight: members of the request's soft-affinity group on the host."""
 
@@ -46,6 +59,9 @@ class ServerGroupSoftAffinityWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return _members_on_host(host, spec, ctx, "soft-affinity")
+
+    def weigh_vector(self, cols, spec, ctx):
+        return _members_vector(cols, spec, ctx, "soft-affinity", 1.0)
 
 
 class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
@@ -56,3 +72,6 @@ class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return -_members_on_host(host, spec, ctx, "soft-anti-affinity")
+
+    def weigh_vector(self, cols, spec, ctx):
+        return _members_vector(cols, spec, ctx, "soft-anti-affinity", -1.0)

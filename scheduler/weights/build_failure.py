@@ -29,3 +29,6 @@ class BuildFailureWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return -host.failed_builds
+
+    def weigh_vector(self, cols, spec, ctx):
+        return -cols.failed_builds

@@ -28,3 +28,6 @@ class CPUWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return host.vcpus_limit - host.vcpus_used
+
+    def weigh_vector(self, cols, spec, ctx):
+        return cols.vcpus_limit - cols.vcpus_used

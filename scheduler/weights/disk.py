@@ -28,3 +28,6 @@ class DiskWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return host.free_disk_mb
+
+    def weigh_vector(self, cols, spec, ctx):
+        return cols.free_disk.copy()

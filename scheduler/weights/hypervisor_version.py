@@ -27,3 +27,6 @@ class HypervisorVersionWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return host.hypervisor_version or 0
+
+    def weigh_vector(self, cols, spec, ctx):
+        return cols.hypervisor_version.copy()

@@ -27,3 +27,6 @@ class IoOpsWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return host.num_io_ops
+
+    def weigh_vector(self, cols, spec, ctx):
+        return cols.num_io_ops.copy()

@@ -28,3 +28,6 @@ class NumInstancesWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return host.num_instances
+
+    def weigh_vector(self, cols, spec, ctx):
+        return cols.num_instances.copy()

@@ -1,6 +1,7 @@
 """PCIWeigher: keep scarce PCI devices for the requests that need them."""
 from __future__ import annotations
 
+import numpy as np
 from oslo_config import cfg
 
 from scheduler.weights import BaseWeigher
@@ -29,3 +30,9 @@ class PCIWeigher(BaseWeigher):
             wanted = sum(r.count for r in spec.pci_requests)
             return -float(max(free - wanted, 0))
         return -float(free)
+
+    def weigh_vector(self, cols, spec, ctx):
+        if spec.pci_requests:
+            wanted = sum(r.count for r in spec.pci_requests)
+            return -np.maximum(cols.pci_free - wanted, 0.0)
+        return -cols.pci_free

@@ -28,3 +28,6 @@ class RAMWeigher(BaseWeigher):
 
     def weigh(self, host, spec, ctx) -> float:
         return host.free_ram_mb
+
+    def weigh_vector(self, cols, spec, ctx):
+        return cols.free_ram.copy()
