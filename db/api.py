@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 
 from oslo_config import cfg
@@ -77,6 +78,10 @@ class Database:
         kw = {"connection": connection, "sqlite_fk": True}
         kw.update(engine_kw)
         self._tc.configure(**kw)
+        # SQLite has one writer at a time and its busy wait blocks the whole
+        # process: green threads of one process would wait on each other until
+        # "database is locked". Writers of one process take turns here instead.
+        self._write_lock = threading.Lock() if connection.startswith("sqlite") else None
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts = cfg.CONF) -> Database:
@@ -90,8 +95,16 @@ class Database:
         return cls(d.connection, **kw)
 
     @contextlib.contextmanager
+    def _serialised(self) -> Iterator[None]:
+        if self._write_lock is None:
+            yield
+            return
+        with self._write_lock:
+            yield
+
+    @contextlib.contextmanager
     def writer(self) -> Iterator[Session]:
-        with self._tc.writer.using(_Ctx()) as session:
+        with self._serialised(), self._tc.writer.using(_Ctx()) as session:
             yield session
 
     @contextlib.contextmanager
@@ -101,7 +114,7 @@ class Database:
 
     @contextlib.contextmanager
     def writer_connection(self) -> Iterator[Connection]:
-        with self._tc.writer.connection.using(_Ctx()) as conn:
+        with self._serialised(), self._tc.writer.connection.using(_Ctx()) as conn:
             yield conn
 
     @contextlib.contextmanager

@@ -183,15 +183,6 @@ def record_build_failure(db: Database, host: str) -> bool:
         return res.rowcount > 0
 
 
-def existing_allocations(db: Database, instance_uuids: list[str]) -> set[str]:
-    """Which of ``instance_uuids`` already hold an allocation."""
-    if not instance_uuids:
-        return set()
-    with db.reader_connection() as conn:
-        return set(conn.execute(sa.select(_alloc.c.instance_uuid)
-                                .where(_alloc.c.instance_uuid.in_(instance_uuids))).scalars())
-
-
 def get_allocation(db: Database, instance_uuid: str) -> dict | None:
     with db.reader_connection() as conn:
         row = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,

@@ -226,12 +226,9 @@ class FilterScheduler:
         """
         t0 = time.monotonic()
         uuids = self._instance_uuids(spec, instance_uuids)
-        if not dry_run:
-            taken = claims.existing_allocations(self.db, uuids)
-            if taken:
-                raise exception.InvalidRequest(
-                    field="instance_uuids",
-                    reason=f"already allocated: {', '.join(sorted(taken))}")
+        # An instance that already holds an allocation is refused by the claim
+        # itself (unique instance_uuid): InvalidRequest, and earlier claims of
+        # this request are undone.
         hosts = self.host_manager.host_states()
         results: list[list[Selection]] = []
         claimed: list[str] = []
@@ -249,12 +246,12 @@ class FilterScheduler:
                 if self.fast_path and not overlay:
                     candidates = self._filter_fast(spec, ctx, once_cache, index)
                     explain = functools.partial(self._explain_fast, spec, ctx, once_cache, index)
-                    weighed = self._weigh_fast(candidates, spec, ctx) if candidates else []
+                    weighed = self._weigh_fast(candidates, spec, ctx) if len(candidates) else []
                 else:
                     candidates, explanation = self._filter(view, spec, ctx, once_cache, index)
                     explain = functools.partial(lambda e: e, explanation)
                     weighed = self._weigh(candidates, spec, ctx) if candidates else []
-                if not candidates:
+                if not len(candidates):
                     summary = explain().summary(0)
                     summary["instance_index"] = index
                     raise exception.NoValidHost(reason=_Explanation.text(summary),
@@ -272,7 +269,7 @@ class FilterScheduler:
                     self.host_manager.note_placed(chosen, instance_uuid, group)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
-                LOG.info("Placed %s on %s (%d/%d candidates passed filters)%s",
+                LOG.info("Placed %s on %s (%d/%d hosts passed filters)%s",
                          instance_uuid, chosen.host, len(candidates), len(view),
                          " [dry run]" if dry_run else "")
         except exception.NoValidHost as e:
@@ -390,9 +387,10 @@ class FilterScheduler:
 
     # -- fast path: numpy columns, cheap checks first -------------------------
     def _filter_fast(self, spec: RequestSpec, ctx: FilterContext,
-                     once_cache: dict[str, set[int]], index: int) -> list[HostState]:
-        """The same hosts as ``_filter``, evaluating vector forms over every
-        host first and the remaining filters per host on the survivors."""
+                     once_cache: dict[str, set[int]], index: int) -> np.ndarray:
+        """Row indexes (into HostColumns) of the hosts ``_filter`` would keep:
+        vector forms over every host first, the other filters per host on the
+        survivors only."""
         cols = self.host_manager.columns
         hosts = cols.hosts
         mask = self._force_and_ignore_mask(cols, spec)
@@ -407,22 +405,21 @@ class FilterScheduler:
                 mask = vec.copy()
             else:
                 mask &= vec
-        if mask is None:
-            survivors = hosts
-        else:
-            survivors = [hosts[i] for i in np.flatnonzero(mask)]
+        rows = np.arange(cols.n) if mask is None else np.flatnonzero(mask)
         for flt in slow:
-            if not survivors:
+            if not len(rows):
                 break
             if flt.run_filter_once_per_request and index > 0 and flt.name in once_cache:
                 keep = once_cache[flt.name]
-                survivors = [h for h in survivors if h.node_id in keep]
+                rows = np.array([i for i in rows.tolist() if hosts[i].node_id in keep],
+                                dtype=np.intp)
                 continue
             check = flt.host_passes
-            survivors = [h for h in survivors if check(h, spec, ctx) is None]
+            rows = np.array([i for i in rows.tolist() if check(hosts[i], spec, ctx) is None],
+                            dtype=np.intp)
             if flt.run_filter_once_per_request and index == 0:
-                once_cache[flt.name] = {h.node_id for h in survivors}
-        return survivors
+                once_cache[flt.name] = {hosts[i].node_id for i in rows.tolist()}
+        return rows
 
     def _force_and_ignore_mask(self, cols, spec: RequestSpec):
         if not (spec.ignore_hosts or spec.force_hosts or spec.force_nodes):
@@ -446,53 +443,51 @@ class FilterScheduler:
         """Why hosts were removed, filter by filter in the configured order."""
         return self._filter(self.host_manager.columns.hosts, spec, ctx, once_cache, index)[1]
 
-    def _weigh_fast(self, hosts: list[HostState], spec: RequestSpec, ctx: FilterContext
+    def _weigh_fast(self, rows: np.ndarray, spec: RequestSpec, ctx: FilterContext
                     ) -> list[tuple[float, HostState]]:
-        """Same totals and order as ``_weigh``; sorts only the best few fully."""
-        n = len(hosts)
+        """Same totals and order as ``_weigh`` for the hosts at ``rows``; only
+        the best few are sorted up front."""
+        cols = self.host_manager.columns
+        hosts = cols.hosts
+        n = len(rows)
         totals = np.zeros(n, dtype=np.float64)
         if n > 1:
-            cols = self.host_manager.columns
-            idx = None
             for w in self.weighers:
                 vec = w.weigh_vector(cols, spec, ctx)
                 if vec is None:
-                    raw = np.fromiter((w.weigh(h, spec, ctx) for h in hosts),
+                    raw = np.fromiter((w.weigh(hosts[i], spec, ctx) for i in rows.tolist()),
                                       dtype=np.float64, count=n)
                 else:
-                    if idx is None:
-                        idx = np.fromiter((h._idx for h in hosts), dtype=np.intp, count=n)
-                    raw = vec[idx]
+                    raw = vec[rows]
                 lo, hi = raw.min(), raw.max()
                 if hi == lo:
                     continue
                 norm = (raw - lo) / (hi - lo)
-                totals += self._multipliers(w, hosts, cols, idx) * norm
+                totals += self._multipliers(w, cols, rows) * norm
         keep = max(self.conf.filter_scheduler.host_subset_size,
                    self.conf.scheduler.max_attempts) + 8
         if n > 4 * keep:
             kth = np.partition(totals, n - keep)[n - keep]
             top = np.flatnonzero(totals >= kth)
             order = top[np.argsort(-totals[top], kind="stable")]
-            head = [(float(totals[i]), hosts[i]) for i in order]
-            return _LazyWeighed(head, totals, hosts, set(order.tolist()))
+            head = [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
+            return _LazyWeighed(head, totals, [hosts[i] for i in rows.tolist()],
+                                set(order.tolist()))
         order = np.argsort(-totals, kind="stable")
-        return [(float(totals[i]), hosts[i]) for i in order]
+        return [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
 
     @staticmethod
-    def _multipliers(w: BaseWeigher, hosts, cols, idx):
+    def _multipliers(w: BaseWeigher, cols, rows: np.ndarray):
+        """The weigher's multiplier per candidate: the configured one, or the
+        smallest valid override in the host's aggregates' metadata."""
         base = w.base_multiplier()
         if not w.aggregate_multiplier_key:
             return base
-        if idx is None:
-            idx = np.fromiter((h._idx for h in hosts), dtype=np.intp, count=len(hosts))
-        with_aggs = np.flatnonzero(cols.has_aggregates[idx])
-        if not len(with_aggs):
+        values, present = cols.aggregate_min(w.aggregate_multiplier_key)
+        present = present[rows]
+        if not present.any():
             return base
-        mult = np.full(len(hosts), base, dtype=np.float64)
-        for pos in with_aggs:
-            mult[pos] = w.weight_multiplier(hosts[pos])
-        return mult
+        return np.where(present, values[rows], base)
 
     def _pick_order(self, weighed: list[tuple[float, HostState]]) -> list[int]:
         """Indexes into ``weighed`` in the order to try them."""

@@ -46,6 +46,8 @@ class HostColumns:
         self.index_by_host: dict[str, list[int]] = {}
         #: aggregate metadata key -> (values, present), see ``aggregate_min``.
         self._agg_min: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        #: Per row, the (aggregates, zone) the aggregate columns were computed from.
+        self._agg_source: list[tuple | None] = [None] * n
         for i, hs in enumerate(self.hosts):
             hs.attach_columns(self, i)
             self.index_by_host.setdefault(hs.host, []).append(i)
@@ -85,10 +87,15 @@ class HostColumns:
         self.disk_ratio[i] = hs.disk_allocation_ratio
         self.disabled[i] = hs.disabled
         self.has_numa[i] = hs.numa_topology is not None
-        self.has_aggregates[i] = bool(hs.aggregates)
-        self.az_extra[i] = bool(hs.aggregates) and _names_other_zone(hs)
-        for key, (values, present) in self._agg_min.items():
-            _aggregate_min_row(hs, key, i, values, present)
+        aggs, zone = hs.aggregates, hs.availability_zone
+        source = self._agg_source[i]
+        if source is None or source[0] is not aggs or source[1] != zone:
+            # Only when the aggregates changed (set_aggregates), not on every consume.
+            self._agg_source[i] = (aggs, zone)
+            self.has_aggregates[i] = bool(aggs)
+            self.az_extra[i] = bool(aggs) and _names_other_zone(hs)
+            for key, (values, present) in self._agg_min.items():
+                _aggregate_min_row(hs, key, i, values, present)
         code = self._az_codes.get(hs.availability_zone)
         if code is None:
             code = self._az_codes[hs.availability_zone] = len(self._az_codes)

@@ -65,6 +65,7 @@ class HostManager:
         self._since: datetime.datetime | None = None
         self._agg_version: tuple | None = None
         self._aggregates: list[AggregateInfo] = []
+        self._aggs_by_host: dict[str, tuple[AggregateInfo, ...]] = {}
         self._heartbeat_read_at = 0.0
         self._heartbeat_since: datetime.datetime | None = None
         self._refresh_lock = threading.Lock()
@@ -245,16 +246,20 @@ class HostManager:
             AggregateInfo(id=a["id"], uuid=a["uuid"], name=a["name"],
                           metadata=dict(a["metadata"]), hosts=frozenset(a["hosts"]))
             for a in queries.load_aggregates(conn)]
-        self._assign_aggregates(self._hosts.values())
-
-    def _assign_aggregates(self, hosts) -> None:
         by_host: dict[str, list[AggregateInfo]] = {}
         for agg in self._aggregates:
             for h in agg.hosts:
                 by_host.setdefault(h, []).append(agg)
+        self._aggs_by_host = {h: tuple(aggs) for h, aggs in by_host.items()}
+        self._assign_aggregates(self._hosts.values())
+
+    def _assign_aggregates(self, hosts) -> None:
+        by_host = self._aggs_by_host
         default_az = self.conf.default_availability_zone
         for hs in hosts:
-            hs.set_aggregates(tuple(by_host.get(hs.host, ())), default_az)
+            aggs = by_host.get(hs.host, ())
+            if aggs != hs.aggregates or hs.availability_zone is None:
+                hs.set_aggregates(aggs, default_az)
 
     def _read_heartbeats(self, conn, full: bool) -> None:
         now = time.monotonic()

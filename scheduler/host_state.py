@@ -274,19 +274,43 @@ class HostState:
 
         if self.numa_topology is None:
             return fitting.FitResult(None, "host has no NUMA topology")
-        pci_check = None
-        if spec.pci_requests:
-            from pci import matching
+        limits = fitting.Limits(self.cpu_allocation_ratio, self.ram_allocation_ratio)
+        requests = spec.pci_requests
+        if not requests:
+            return fitting.fit_instance_to_host(self.numa_topology, spec.numa_topology,
+                                                limits=limits)
+        # ``preferred`` devices: first try to land the guest on cells that have
+        # them (as if required), and only then anywhere.
+        if any(r.numa_policy == "preferred" for r in requests):
+            strict = tuple(dataclasses.replace(r, numa_policy="required")
+                           if r.numa_policy == "preferred" else r for r in requests)
+            result = fitting.fit_instance_to_host(
+                self.numa_topology, spec.numa_topology, limits=limits,
+                pci_check=self._pci_check(strict))
+            if result.fitted is not None:
+                return result
+        result = fitting.fit_instance_to_host(self.numa_topology, spec.numa_topology,
+                                              limits=limits,
+                                              pci_check=self._pci_check(requests))
+        if result.fitted is not None:
+            return result
+        # Say which device request failed on the cells the guest would take.
+        bare = fitting.fit_instance_to_host(self.numa_topology, spec.numa_topology,
+                                            limits=limits)
+        if bare.fitted is None:
+            return result
+        cells = frozenset(c.host_cell_id for c in bare.fitted.cells)
+        return fitting.FitResult(None, self._pci_reason(spec, cells))
 
-            pools, requests, socket_of = self.pci_pools, spec.pci_requests, self._socket_of()
+    def _pci_check(self, requests):
+        from pci import matching
 
-            def pci_check(host_cells):
-                return matching.supports_requests(pools, requests, numa_cells=host_cells,
-                                                  socket_of=socket_of)
-        return fitting.fit_instance_to_host(
-            self.numa_topology, spec.numa_topology,
-            limits=fitting.Limits(self.cpu_allocation_ratio, self.ram_allocation_ratio),
-            pci_check=pci_check)
+        pools, socket_of = self.pci_pools, self._socket_of()
+
+        def pci_check(host_cells):
+            return matching.supports_requests(pools, requests, numa_cells=host_cells,
+                                              socket_of=socket_of)
+        return pci_check
 
     def pci_reason(self, spec, numa_cells=None) -> str | None:
         """Why the request's PCI devices can't be served here (None if they can).

@@ -323,7 +323,7 @@ class RequestSpec:
         return dataclasses.replace(
             spec,
             numa_topology=_numa_topology(flavor, image),
-            pci_requests=_pci_requests(flavor, raw_pci, pci_aliases or {}),
+            pci_requests=_pci_requests(flavor, image, raw_pci, pci_aliases or {}),
         )
 
     def to_primitive(self) -> dict:
@@ -371,8 +371,31 @@ def _numa_topology(flavor: Flavor, image: Image):
         raise InvalidRequest(field=e.field, reason=e.reason) from None
 
 
-def _pci_requests(flavor: Flavor, raw: list, aliases: Mapping) -> tuple:
+_PCI_POLICY_KEYS = (("flavor.extra_specs.hw:pci_numa_affinity_policy", "flavor",
+                     "hw:pci_numa_affinity_policy"),
+                    ("image.properties.hw_pci_numa_affinity_policy", "image",
+                     "hw_pci_numa_affinity_policy"))
+
+
+def _pci_numa_policy(flavor: Flavor, image: Image) -> str | None:
+    """The flavor's (else the image's) PCI NUMA affinity policy, validated."""
+    from pci.request import NUMA_POLICIES
+
+    for field, where, key in _PCI_POLICY_KEYS:
+        source = flavor.extra_specs if where == "flavor" else image.properties
+        value = source.get(key)
+        if value is None:
+            continue
+        if value not in NUMA_POLICIES:
+            raise InvalidRequest(field=field, reason=f"expected one of "
+                                                     f"{', '.join(NUMA_POLICIES)}, got {value!r}")
+        return value
+    return None
+
+
+def _pci_requests(flavor: Flavor, image: Image, raw: list, aliases: Mapping) -> tuple:
     alias_spec = flavor.extra_specs.get("pci_passthrough:alias")
+    policy = _pci_numa_policy(flavor, image)
     if not raw and not alias_spec:
         return ()
     from pci import errors as pci_errors
@@ -381,7 +404,8 @@ def _pci_requests(flavor: Flavor, raw: list, aliases: Mapping) -> tuple:
     try:
         out = ()
         if alias_spec:
-            out += tuple(pci_request.requests_from_extra_spec(alias_spec, aliases))
+            out += tuple(pci_request.requests_from_extra_spec(alias_spec, aliases,
+                                                              numa_policy=policy))
         if raw:
             out += tuple(pci_request.requests_from_primitive(raw))
         return out

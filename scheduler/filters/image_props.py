@@ -153,6 +153,6 @@ class ImagePropertiesFilter(BaseHostFilter):
         check = req.version_check
         versions = cols.hypervisor_version
         distinct = np.unique(versions).tolist()
-        if distinct and abs(distinct[-1]) >= 2 ** 53:
+        if distinct and max(-distinct[0], distinct[-1]) >= 2 ** 53:
             return None     # not exact as a float
         return np.isin(versions, [v for v in distinct if not v or check(int(v))])

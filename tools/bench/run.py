@@ -288,9 +288,9 @@ def bench_inprocess(db, size: int, backend: str, res: Results, iterations: int,
             continue
         mode = "dry run" if case.dry_run else "claim+release"
         row = res.add(f"inproc.{case.name}.p50_ms", f"{case.label} p50", size, backend,
-                statistics.median(samples) * 1000, "ms",
-                f"p99 {_pct(samples, 99) * 1000:.2f} ms, n={len(samples)}, {mode}"
-                + ("" if case.expect_novalidhost else f", {placed} placed"))
+                      statistics.median(samples) * 1000, "ms",
+                      f"p99 {_pct(samples, 99) * 1000:.2f} ms, n={len(samples)}, {mode}"
+                      + ("" if case.expect_novalidhost else f", {placed} placed"))
         row.p99_ms = _pct(samples, 99) * 1000
 
     for changed in (0, 10):
@@ -480,6 +480,17 @@ alias = {aliases}
                 with open(path, errors="replace") as f:
                     text += "".join(f.readlines()[-lines:])
         return text
+
+
+def mariadb_available() -> bool:
+    try:
+        engine = sa.create_engine(bench_fleet.MYSQL_URL + "/")
+        with engine.connect():
+            pass
+        engine.dispose()
+        return True
+    except Exception:
+        return False
 
 
 def e2e_available() -> str | None:
@@ -713,6 +724,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"weighers: {', '.join(plugins.weighers)}")
     if plugins.missing:
         res.note("not installed yet, left out: " + ", ".join(plugins.missing))
+    if "mariadb" in backends and not mariadb_available():
+        backends.remove("mariadb")
+        res.note(f"MariaDB skipped: cannot connect to {bench_fleet.MYSQL_URL}")
     e2e_skip = "--no-e2e" if args.no_e2e else e2e_available()
     if e2e_skip:
         res.add("e2e", f"e2e: skipped — {e2e_skip}", 0, "", None, "")
@@ -754,13 +768,15 @@ def main(argv: list[str] | None = None) -> int:
 
     load = os.getloadavg()
     print("\n" + "=" * 100)
-    print(f"Berth benchmark — {platform.node()}, {os.cpu_count()} CPUs, Python "
+    revision = git_revision()
+    print(f"Berth benchmark — {revision}, {platform.node()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, load average {load[0]:.1f} at the end; in-process "
           f"requests claim and release unless marked dry run; "
           f"{time.perf_counter() - started:.0f} s total")
     print(res.table())
     if args.json:
-        doc = {"meta": {"sizes": sizes, "backends": backends, "iterations": iterations,
+        doc = {"meta": {"revision": revision, "sizes": sizes, "backends": backends,
+                        "iterations": iterations,
                         "seed": args.seed, "quick": quick, "filters": plugins.filters,
                         "weighers": plugins.weighers, "missing_plugins": plugins.missing,
                         "cpus": os.cpu_count(), "python": platform.python_version(),
@@ -772,6 +788,19 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(doc, f, indent=2)
         print(f"JSON written to {args.json}")
     return 0
+
+
+def git_revision() -> str:
+    """Short commit of the working tree, with ``+dirty`` when it has changes."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (rev or "unknown") + ("+dirty" if dirty else "")
 
 
 def logging_quiet() -> None:

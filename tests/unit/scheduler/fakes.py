@@ -4,6 +4,8 @@
 as metadata dicts. ``fake_spec(**overrides)`` takes flavor fields (vcpus,
 memory_mb, root_gb, ephemeral_gb, swap, extra_specs) and top-level payload keys.
 ``config(group, **values)`` overrides options for a ``with`` block.
+``filter_vector`` / ``weigh_vector`` run a vector form over columns of the given
+hosts and check it against the per-host answer.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 from oslo_config import cfg
 
 from scheduler.filters import FilterContext
+from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, HostState
 from scheduler.request_spec import RequestSpec
 
@@ -82,3 +85,28 @@ def config(group: str | None = None, **values: Any) -> Iterator[cfg.ConfigOpts]:
     finally:
         for name in values:
             cfg.CONF.clear_override(name, group=group)
+
+
+def filter_vector(flt, hosts: list[HostState], spec: RequestSpec,
+                  context: FilterContext | None = None) -> list[bool] | None:
+    """``flt.filter_vector`` over columns of ``hosts`` as a list (None when it has no
+    vector form for this request), checked against ``host_passes`` host by host."""
+    context = context or ctx()
+    cols = HostColumns(hosts)
+    vec = flt.filter_vector(cols, spec, context)
+    if vec is None:
+        return None
+    assert list(vec) == [flt.host_passes(h, spec, context) is None for h in hosts]
+    return list(vec)
+
+
+def weigh_vector(weigher, hosts: list[HostState], spec: RequestSpec,
+                 context: FilterContext | None = None) -> list[float] | None:
+    """``weigher.weigh_vector`` over columns of ``hosts`` as a list, checked
+    against ``weigh`` host by host."""
+    context = context or ctx()
+    vec = weigher.weigh_vector(HostColumns(hosts), spec, context)
+    if vec is None:
+        return None
+    assert list(vec) == [float(weigher.weigh(h, spec, context)) for h in hosts]
+    return list(vec)

@@ -154,11 +154,12 @@ def test_fast_path_matches_straightforward_path(sqlite_db, conf, seed):
                             group_hosts=sched.host_manager.group_hosts(group))
         ctx_fast = FilterContext(now=ctx.now, conf=conf, group_hosts=ctx.group_hosts)
         slow, _ = sched._filter(hosts, spec, ctx, {}, 0)
-        fast = sched._filter_fast(spec, ctx_fast, {}, 0)
+        rows = sched._filter_fast(spec, ctx_fast, {}, 0)
+        fast = [sched.host_manager.columns.hosts[i] for i in rows]
         assert [h.node_id for h in fast] == [h.node_id for h in slow], (seed, step, spec)
         if slow:
             w_slow = sched._weigh(slow, spec, ctx)
-            w_fast = list(sched._weigh_fast(fast, spec, ctx_fast))
+            w_fast = list(sched._weigh_fast(rows, spec, ctx_fast))
             n = min(len(w_fast), len(w_slow))
             assert [h.node_id for _, h in w_fast[:n]] == [h.node_id for _, h in w_slow[:n]]
             np.testing.assert_allclose([w for w, _ in w_fast[:n]], [w for w, _ in w_slow[:n]],

@@ -21,3 +21,16 @@ def test_aggregate_still_caps_one_instance_at_physical_disk():
     reason = AggregateDiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=101),
                                                        fakes.ctx())
     assert reason == "insufficient disk: need 103424 MB"
+
+
+def test_vector_form_per_host_ratio():
+    hosts = [fakes.fake_host(local_gb=100, disk_mb_used=102400,
+                             aggregates=[{"disk_allocation_ratio": "1.5"}]),
+             fakes.fake_host(local_gb=100, aggregates=[{"disk_allocation_ratio": "10"}]),
+             fakes.fake_host(local_gb=100, reserved_host_disk_mb=1024)]
+    flt = AggregateDiskFilter(cfg.CONF)
+    assert fakes.filter_vector(flt, hosts, fakes.fake_spec(root_gb=50)) == [True] * 3
+    assert fakes.filter_vector(flt, hosts, fakes.fake_spec(root_gb=99)) == \
+        [False, True, True]
+    assert fakes.filter_vector(flt, hosts, fakes.fake_spec(root_gb=100)) == \
+        [False, True, False]

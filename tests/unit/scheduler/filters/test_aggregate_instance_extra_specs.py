@@ -73,3 +73,23 @@ def test_shared_aggregates_across_hosts_in_one_request():
     assert filt.host_passes(only_gpu, spec, ctx) == \
         "aggregate metadata does not satisfy ssd='true'"
     assert filt.host_passes(both, spec, ctx) is None
+
+
+@pytest.mark.parametrize("specs,noop", [
+    ({}, True),
+    ({"hw:cpu_policy": "dedicated", "capabilities:hypervisor_type": "QEMU",
+      "aggregate_instance_extra_specs:": "x"}, True),
+    ({"ssd": "true"}, False),
+    ({"aggregate_instance_extra_specs:ssd": "true"}, False),
+])
+def test_is_noop(specs, noop):
+    filt = AggregateInstanceExtraSpecsFilter(cfg.CONF)
+    assert filt.is_noop(fakes.fake_spec(extra_specs=specs)) is noop
+
+
+def test_vector_form_without_aggregates_fails_everything():
+    filt = AggregateInstanceExtraSpecsFilter(cfg.CONF)
+    spec = fakes.fake_spec(extra_specs={"ssd": "true"})
+    assert fakes.filter_vector(filt, [_host(), _host()], spec) == [False, False]
+    # With aggregates somewhere, host_passes decides (on fewer hosts).
+    assert fakes.filter_vector(filt, [_host({"ssd": "true"}), _host()], spec) is None

@@ -2,6 +2,7 @@ from oslo_config import cfg
 
 from scheduler.filters.aggregate_ram import AggregateRamFilter
 from scheduler.filters.ram import RamFilter
+from scheduler.host_columns import HostColumns
 from tests.unit.scheduler import fakes
 
 
@@ -40,3 +41,32 @@ def test_aggregate_falls_back_to_host_ratio():
 
 def test_not_once_per_request():
     assert not AggregateRamFilter.run_filter_once_per_request
+
+
+def test_vector_form_per_host_ratio():
+    hosts = [fakes.fake_host(ram_allocation_ratio=1.0,
+                             aggregates=[{"ram_allocation_ratio": "2.0"}]),
+             fakes.fake_host(ram_allocation_ratio=1.5, aggregates=[{"ssd": "true"}]),
+             fakes.fake_host(ram_allocation_ratio=1.0, reserved_host_memory_mb=1)]
+    flt = AggregateRamFilter(cfg.CONF)
+    assert fakes.filter_vector(flt, hosts, fakes.fake_spec(memory_mb=16384)) == \
+        [True, True, False]
+    assert fakes.filter_vector(flt, hosts, fakes.fake_spec(memory_mb=24576)) == \
+        [True, True, False]
+    assert fakes.filter_vector(flt, hosts, fakes.fake_spec(memory_mb=24577)) == \
+        [True, False, False]
+
+
+def test_vector_form_follows_aggregate_changes():
+    host = fakes.fake_host(aggregates=[{"ram_allocation_ratio": "2.0"}])
+    cols = HostColumns([host])
+    flt = AggregateRamFilter(cfg.CONF)
+    spec = fakes.fake_spec(memory_mb=32768)
+    assert list(flt.filter_vector(cols, spec, fakes.ctx())) == [True]
+    host.set_aggregates((fakes.aggregate({"ram_allocation_ratio": "1.5"}),), "nova")
+    assert list(flt.filter_vector(cols, spec, fakes.ctx())) == [False]
+    host.set_aggregates((), "nova")
+    assert list(flt.filter_vector(cols, fakes.fake_spec(memory_mb=16384), fakes.ctx())) == \
+        [True]
+    assert list(flt.filter_vector(cols, fakes.fake_spec(memory_mb=16385), fakes.ctx())) == \
+        [False]

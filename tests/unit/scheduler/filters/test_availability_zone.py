@@ -38,3 +38,22 @@ def test_any_of_several_zoned_aggregates():
 
 def test_once_per_request():
     assert AvailabilityZoneFilter.run_filter_once_per_request
+
+
+def test_vector_form():
+    hosts = [fakes.fake_host(aggregates=[{"availability_zone": "az1"}]),
+             fakes.fake_host(aggregates=[{"availability_zone": "az1"},
+                                         {"availability_zone": "az2, az3"}]),
+             fakes.fake_host(aggregates=[{"availability_zone": " az2"}]),
+             fakes.fake_host(aggregates=[{"ssd": "true"}], default_az="nova"),
+             fakes.fake_host()]
+    flt = AvailabilityZoneFilter(cfg.CONF)
+    for zone, want in [("az1", [True, True, False, False, False]),
+                       ("az2", [False, True, True, False, False]),
+                       ("az3", [False, True, False, False, False]),
+                       ("nova", [False, False, False, True, True]),
+                       ("elsewhere", [False] * 5)]:
+        spec = fakes.fake_spec(availability_zone=zone)
+        assert not flt.is_noop(spec)
+        assert fakes.filter_vector(flt, hosts, spec) == want, zone
+    assert flt.is_noop(fakes.fake_spec())

@@ -49,3 +49,15 @@ def test_same_ctx_reads_the_option_once():
         # Still the same request: the cutoff was fixed when it started.
         assert filt.host_passes(host, fakes.fake_spec(), ctx) is None
         assert filt.host_passes(host, fakes.fake_spec(), fakes.ctx()) == "service down"
+
+
+def test_vector_heartbeat_cutoff_is_exact():
+    cutoff = fakes.NOW - datetime.timedelta(seconds=60)
+    hosts = [fakes.fake_host(last_heartbeat=cutoff),
+             fakes.fake_host(last_heartbeat=cutoff - datetime.timedelta(microseconds=1)),
+             fakes.fake_host(last_heartbeat=cutoff + datetime.timedelta(microseconds=1)),
+             fakes.fake_host(last_heartbeat=None),
+             fakes.fake_host(last_heartbeat=None, disabled=True),
+             fakes.fake_host(disabled=True)]
+    assert fakes.filter_vector(ComputeFilter(cfg.CONF), hosts, fakes.fake_spec()) == \
+        [True, False, True, True, False, False]

@@ -108,3 +108,14 @@ def test_parsed_once_per_spec():
 
 def test_usage_counters_make_it_per_instance():
     assert not ComputeCapabilitiesFilter.run_filter_once_per_request
+
+
+@pytest.mark.parametrize("specs,noop", [
+    ({}, True),
+    ({"hw:cpu_policy": "dedicated", "capabilities:": "x", "hw:mem_page_size": "large"}, True),
+    ({"capabilities:hypervisor_type": "QEMU"}, False),
+    ({"ssd": "true"}, False),        # unscoped: checked on hosts whose stats have it
+])
+def test_is_noop(specs, noop):
+    filt = ComputeCapabilitiesFilter(cfg.CONF)
+    assert filt.is_noop(fakes.fake_spec(extra_specs=specs)) is noop

@@ -19,6 +19,8 @@ def test_vcpu_limit(used, ratio, reserved, vcpus, ok):
                            reserved_host_cpus=reserved)
     reason = CoreFilter(cfg.CONF).host_passes(host, fakes.fake_spec(vcpus=vcpus), fakes.ctx())
     assert (reason is None) is ok
+    assert fakes.filter_vector(CoreFilter(cfg.CONF), [host], fakes.fake_spec(vcpus=vcpus)) \
+        == [ok]
 
 
 def test_reason_text():

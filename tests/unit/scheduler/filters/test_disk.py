@@ -19,6 +19,8 @@ def test_disk_limit(used_mb, ratio, reserved_mb, root_gb, ok):
     reason = DiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=root_gb),
                                               fakes.ctx())
     assert (reason is None) is ok
+    spec = fakes.fake_spec(root_gb=root_gb)
+    assert fakes.filter_vector(DiskFilter(cfg.CONF), [host], spec) == [ok]
 
 
 def test_counts_ephemeral_and_swap():

@@ -88,3 +88,28 @@ def test_version_requirement():
 
 def test_once_per_request():
     assert ImagePropertiesFilter.run_filter_once_per_request
+
+
+@pytest.mark.parametrize("props,noop", [
+    ({}, True),
+    ({"hw_disk_bus": "virtio", "hw_architecture": ""}, True),
+    ({"hw_architecture": "x86_64"}, False),
+    ({"img_hv_requested_version": ">=8"}, False),
+    ({"img_hv_requested_version": "newest please"}, False),
+])
+def test_is_noop(props, noop):
+    spec = fakes.fake_spec(image={"properties": props})
+    assert ImagePropertiesFilter(cfg.CONF).is_noop(spec) is noop
+
+
+@pytest.mark.parametrize("props,want", [
+    ({"img_hv_requested_version": ">=8.0, <9"}, [True, False, True, True]),
+    ({"hypervisor_version_requires": "==7.2"}, [False, True, True, True]),
+    ({"img_hv_requested_version": "newest please"}, [False] * 4),
+    ({"hw_architecture": "x86_64"}, None),          # needs supported_instances
+])
+def test_vector_form(props, want):
+    hosts = [_host(hypervisor_version=8002000), _host(hypervisor_version=7002000),
+             _host(hypervisor_version=None), _host(hypervisor_version=0)]
+    spec = fakes.fake_spec(image={"properties": props})
+    assert fakes.filter_vector(ImagePropertiesFilter(cfg.CONF), hosts, spec) == want

@@ -37,3 +37,16 @@ def test_aggregate_falls_back_to_config():
 
 def test_evaluated_per_instance():
     assert not IoOpsFilter.run_filter_once_per_request
+
+
+def test_vector_form():
+    hosts = [fakes.fake_host(num_io_ops=7),
+             fakes.fake_host(num_io_ops=8),
+             fakes.fake_host(num_io_ops=3, aggregates=[{"max_io_ops_per_host": "3"}]),
+             fakes.fake_host(num_io_ops=10, aggregates=[{"max_io_ops_per_host": "20"}]),
+             fakes.fake_host(num_io_ops=8, aggregates=[{"other": "1"}])]
+    spec = fakes.fake_spec()
+    assert fakes.filter_vector(IoOpsFilter(cfg.CONF), hosts, spec) == \
+        [True, False, True, False, False]
+    assert fakes.filter_vector(AggregateIoOpsFilter(cfg.CONF), hosts, spec) == \
+        [True, False, False, True, False]

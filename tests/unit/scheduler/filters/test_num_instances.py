@@ -42,3 +42,24 @@ def test_aggregate_falls_back_to_config():
 
 def test_evaluated_per_instance():
     assert not NumInstancesFilter.run_filter_once_per_request
+
+
+def test_vector_form():
+    with fakes.config("filter_scheduler", max_instances_per_host=3):
+        hosts = [fakes.fake_host(num_instances=2),
+                 fakes.fake_host(num_instances=3),
+                 fakes.fake_host(num_instances=4, aggregates=[{"max_instances_per_host": "5"},
+                                                              {"max_instances_per_host": "9"}]),
+                 fakes.fake_host(num_instances=4, aggregates=[{"max_instances_per_host": "4.9"}]),
+                 fakes.fake_host(num_instances=3, aggregates=[{"max_instances_per_host": "x"}])]
+        spec = fakes.fake_spec()
+        assert fakes.filter_vector(NumInstancesFilter(cfg.CONF), hosts, spec) == \
+            [True, False, False, False, False]
+        assert fakes.filter_vector(AggregateNumInstancesFilter(cfg.CONF), hosts, spec) == \
+            [True, False, True, False, False]
+
+
+def test_vector_form_leaves_non_finite_limits_to_host_passes():
+    host = fakes.fake_host(aggregates=[{"max_instances_per_host": "inf"}])
+    assert fakes.filter_vector(AggregateNumInstancesFilter(cfg.CONF), [host],
+                               fakes.fake_spec()) is None

@@ -23,6 +23,8 @@ def test_ram_limit(used, ratio, reserved, request_mb, ok):
     reason = RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=request_mb),
                                              fakes.ctx())
     assert (reason is None) is ok
+    spec = fakes.fake_spec(memory_mb=request_mb)
+    assert fakes.filter_vector(RamFilter(cfg.CONF), [host], spec) == [ok]
 
 
 def test_reason_text_names_the_request():

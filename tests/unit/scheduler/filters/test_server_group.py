@@ -73,3 +73,42 @@ def test_anti_affinity_max_server_per_host():
 def test_evaluated_per_instance():
     assert not ServerGroupAffinityFilter.run_filter_once_per_request
     assert not ServerGroupAntiAffinityFilter.run_filter_once_per_request
+
+
+def _hosts():
+    # host1 has two nodes: both carry the host's members.
+    return [fakes.fake_host("host1", "n1a"), fakes.fake_host("host1", "n1b"),
+            fakes.fake_host("host2"), fakes.fake_host("host3")]
+
+
+@pytest.mark.parametrize("filter_cls,policy", [
+    (ServerGroupAffinityFilter, "affinity"),
+    (ServerGroupAntiAffinityFilter, "anti-affinity"),
+])
+def test_noop_without_their_policy(filter_cls, policy):
+    filt = filter_cls(cfg.CONF)
+    assert filt.is_noop(_spec())
+    assert filt.is_noop(_spec("soft-" + policy))
+    assert not filt.is_noop(_spec(policy))
+
+
+@pytest.mark.parametrize("group_hosts,want", [
+    ({}, [True] * 4),
+    ({"host2": 0}, [True] * 4),
+    ({"host1": 1, "host3": 0, "gone": 2}, [True, True, False, False]),
+])
+def test_affinity_vector(group_hosts, want):
+    filt = ServerGroupAffinityFilter(cfg.CONF)
+    assert fakes.filter_vector(filt, _hosts(), _spec("affinity"),
+                               fakes.ctx(group_hosts=group_hosts)) == want
+
+
+@pytest.mark.parametrize("rules,group_hosts,want", [
+    ({}, {}, [True] * 4),
+    ({}, {"host1": 1, "host2": 0, "gone": 1}, [False, False, True, True]),
+    ({"max_server_per_host": 2}, {"host1": 1, "host2": 2}, [True, True, False, True]),
+])
+def test_anti_affinity_vector(rules, group_hosts, want):
+    filt = ServerGroupAntiAffinityFilter(cfg.CONF)
+    assert fakes.filter_vector(filt, _hosts(), _spec("anti-affinity", **rules),
+                               fakes.ctx(group_hosts=group_hosts)) == want

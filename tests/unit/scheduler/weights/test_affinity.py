@@ -60,3 +60,16 @@ def test_multipliers():
 def test_negative_multiplier_rejected():
     with pytest.raises(ValueError):
         cfg.CONF.set_override("soft_affinity_weight_multiplier", -1.0, group="filter_scheduler")
+
+
+@pytest.mark.parametrize("weigher_cls,policy,want", [
+    (ServerGroupSoftAffinityWeigher, "soft-affinity", [2.0, 2.0, 1.0, 0.0]),
+    (ServerGroupSoftAntiAffinityWeigher, "soft-anti-affinity", [-2.0, -2.0, -1.0, 0.0]),
+    (ServerGroupSoftAffinityWeigher, "soft-anti-affinity", [0.0] * 4),
+    (ServerGroupSoftAntiAffinityWeigher, "anti-affinity", [0.0] * 4),
+])
+def test_vector_form(weigher_cls, policy, want):
+    hosts = [fakes.fake_host("h1", "n1a"), fakes.fake_host("h1", "n1b"),
+             fakes.fake_host("h2"), fakes.fake_host("h3")]
+    ctx = fakes.ctx(group_hosts={**GROUP_HOSTS, "gone": 4})
+    assert fakes.weigh_vector(weigher_cls(cfg.CONF), hosts, _spec(policy), ctx) == want
