@@ -82,6 +82,15 @@ class Database:
         # process: green threads of one process would wait on each other until
         # "database is locked". Writers of one process take turns here instead.
         self._write_lock = threading.Lock() if connection.startswith("sqlite") else None
+        if self._write_lock is not None and ":memory:" not in connection:
+            # Write-ahead logging: one sync per commit instead of a journal file
+            # created, synced and deleted (about 0.25 vs 1 ms here), and readers
+            # no longer wait for writers. The mode is stored in the file.
+            raw = self.engine.raw_connection()
+            try:
+                raw.driver_connection.execute("PRAGMA journal_mode=WAL")
+            finally:
+                raw.close()
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts = cfg.CONF) -> Database:

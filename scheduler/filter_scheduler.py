@@ -401,7 +401,10 @@ class FilterScheduler:
             vec = flt.filter_vector(cols, spec, ctx)
             if vec is None:
                 slow.append(flt)
-            elif mask is None:
+                vec = flt.prefilter_vector(cols, spec, ctx)
+                if vec is None:
+                    continue
+            if mask is None:
                 mask = vec.copy()
             else:
                 mask &= vec

@@ -260,7 +260,7 @@ class HostState:
         (``touch``), keyed by what the request asks for, so the same flavor
         on an unchanged host costs a dict lookup.
         """
-        key = ("numa", request_token(spec))
+        key = request_token(spec)       # NUMA answers under +token, PCI under -token
         memo = self._fit_memo
         hit = memo.get(key)
         if hit is not None:
@@ -316,7 +316,7 @@ class HostState:
         """Why the request's PCI devices can't be served here (None if they can).
         Memoised like ``fit_numa`` when no NUMA cells restrict the devices."""
         if numa_cells is None:
-            key = ("pci", request_token(spec))
+            key = -request_token(spec)
             memo = self._fit_memo
             if key in memo:
                 return memo[key]

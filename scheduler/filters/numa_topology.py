@@ -20,3 +20,7 @@ class NUMATopologyFilter(BaseHostFilter):
 
     def is_noop(self, spec) -> bool:
         return spec.numa_topology is None
+
+    def prefilter_vector(self, cols, spec, ctx):
+        """Hosts without a NUMA topology never fit a guest that has one."""
+        return cols.has_numa

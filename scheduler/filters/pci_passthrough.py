@@ -19,3 +19,9 @@ class PciPassthroughFilter(BaseHostFilter):
 
     def is_noop(self, spec) -> bool:
         return not spec.pci_requests
+
+    def prefilter_vector(self, cols, spec, ctx):
+        """Hosts with fewer free devices than the request asks for in all."""
+        if not spec.pci_requests:
+            return None
+        return cols.pci_free >= sum(r.count for r in spec.pci_requests)
