@@ -68,6 +68,39 @@ class Released:
     instance_group: str | None
 
 
+def _claim_update(with_numa: bool):
+    """The compare-and-swap UPDATE of a claim, built once (bound parameters)."""
+    values = {
+        "vcpus_used": _cn.c.vcpus_used + sa.bindparam("b_vcpus"),
+        "memory_mb_used": _cn.c.memory_mb_used + sa.bindparam("b_memory"),
+        "disk_mb_used": _cn.c.disk_mb_used + sa.bindparam("b_disk"),
+        "running_vms": _cn.c.running_vms + 1,
+        "current_workload": _cn.c.current_workload + 1,
+        "generation": _cn.c.generation + 1,
+        "updated_at": sa.bindparam("b_now"),
+    }
+    if with_numa:
+        values["numa_topology"] = sa.bindparam("b_numa")
+    return (
+        sa.update(_cn)
+        .where(_cn.c.id == sa.bindparam("b_id"),
+               _cn.c.generation == sa.bindparam("b_seen"),
+               _cn.c.deleted == 0,
+               _cn.c.vcpus_used + sa.bindparam("b_vcpus")
+               <= (_cn.c.vcpus - _cn.c.reserved_host_cpus) * _cn.c.cpu_allocation_ratio,
+               _cn.c.memory_mb_used + sa.bindparam("b_memory")
+               <= (_cn.c.memory_mb - _cn.c.reserved_host_memory_mb) * _cn.c.ram_allocation_ratio,
+               _cn.c.disk_mb_used + sa.bindparam("b_disk")
+               <= (_cn.c.local_gb * 1024 - _cn.c.reserved_host_disk_mb)
+               * _cn.c.disk_allocation_ratio)
+        .values(**values))
+
+
+_CLAIM = _claim_update(with_numa=False)
+_CLAIM_WITH_NUMA = _claim_update(with_numa=True)
+_INSERT_ALLOCATION = sa.insert(_alloc)
+
+
 @retry_on_deadlock
 def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
     """Persist one claim atomically, or raise ClaimConflict / DuplicateAllocation."""
@@ -76,30 +109,14 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
 
     try:
         with db.writer_connection() as conn:
-            values = {
-                "vcpus_used": _cn.c.vcpus_used + rec.vcpus,
-                "memory_mb_used": _cn.c.memory_mb_used + rec.memory_mb,
-                "disk_mb_used": _cn.c.disk_mb_used + rec.disk_mb,
-                "running_vms": _cn.c.running_vms + 1,
-                "current_workload": _cn.c.current_workload + 1,
-                "generation": _cn.c.generation + 1,
-                "updated_at": models.utcnow(),
-            }
+            params = {"b_id": rec.node_id, "b_seen": rec.seen_generation,
+                      "b_vcpus": rec.vcpus, "b_memory": rec.memory_mb, "b_disk": rec.disk_mb,
+                      "b_now": models.utcnow()}
             if rec.numa_topology is not None:
-                values["numa_topology"] = rec.numa_topology
-            res = conn.execute(
-                sa.update(_cn)
-                .where(_cn.c.id == rec.node_id, _cn.c.generation == rec.seen_generation,
-                       _cn.c.deleted == 0,
-                       _cn.c.vcpus_used + rec.vcpus
-                       <= (_cn.c.vcpus - _cn.c.reserved_host_cpus) * _cn.c.cpu_allocation_ratio,
-                       _cn.c.memory_mb_used + rec.memory_mb
-                       <= (_cn.c.memory_mb - _cn.c.reserved_host_memory_mb)
-                       * _cn.c.ram_allocation_ratio,
-                       _cn.c.disk_mb_used + rec.disk_mb
-                       <= (_cn.c.local_gb * 1024 - _cn.c.reserved_host_disk_mb)
-                       * _cn.c.disk_allocation_ratio)
-                .values(**values))
+                params["b_numa"] = rec.numa_topology
+                res = conn.execute(_CLAIM_WITH_NUMA, params)
+            else:
+                res = conn.execute(_CLAIM, params)
             if res.rowcount != 1:
                 raise ClaimConflict(f"node {rec.node_id} changed or is full")
             addresses: tuple[str, ...] = ()
@@ -111,14 +128,14 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 except pci_errors.PciClaimConflict as e:
                     raise ClaimConflict(str(e)) from None
                 pools = db_pci.pools_for_nodes(conn, [rec.node_id]).get(rec.node_id, ())
-            conn.execute(sa.insert(_alloc).values(
-                instance_uuid=rec.instance_uuid, compute_node_id=rec.node_id,
-                vcpus=rec.vcpus, memory_mb=rec.memory_mb, disk_mb=rec.disk_mb,
-                numa_cells=rec.numa_cells,
-                pci_devices=json.dumps(list(addresses)) if addresses else None,
-                project_id=rec.project_id, user_id=rec.user_id,
-                instance_group=rec.instance_group, request_spec=rec.request_spec,
-                created_at=models.utcnow()))
+            conn.execute(_INSERT_ALLOCATION, {
+                "instance_uuid": rec.instance_uuid, "compute_node_id": rec.node_id,
+                "vcpus": rec.vcpus, "memory_mb": rec.memory_mb, "disk_mb": rec.disk_mb,
+                "numa_cells": rec.numa_cells,
+                "pci_devices": json.dumps(list(addresses)) if addresses else None,
+                "project_id": rec.project_id, "user_id": rec.user_id,
+                "instance_group": rec.instance_group, "request_spec": rec.request_spec,
+                "created_at": params["b_now"]})
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,

@@ -33,20 +33,22 @@ def load_nodes(conn: Connection, node_ids: Iterable[int] | None = None) -> list[
     return list(conn.execute(q).mappings())
 
 
-def changed_nodes(conn: Connection, since: datetime.datetime
-                  ) -> list[tuple[int, int, int, datetime.datetime]]:
-    """(id, generation, deleted, updated_at) of rows touched at or after ``since``.
-
-    Narrow on purpose: the caller fetches full rows only for generations it
-    has not seen yet.
-    """
-    q = sa.select(_cn.c.id, _cn.c.generation, _cn.c.deleted, _cn.c.updated_at).where(
+def changes_since(conn: Connection, since: datetime.datetime
+                  ) -> tuple[list[tuple[int, int, int, datetime.datetime]], tuple]:
+    """(id, generation, deleted, updated_at) of node rows touched at or after
+    ``since``, and ``aggregates_version``, in one round trip. Narrow on purpose:
+    the caller fetches full rows only for generations it has not seen yet."""
+    nodes = sa.select(_cn.c.id, _cn.c.generation, _cn.c.deleted, _cn.c.updated_at).where(
         _cn.c.updated_at >= since)
-    return [tuple(r) for r in conn.execute(q)]
-
-
-def max_node_updated_at(conn: Connection) -> datetime.datetime | None:
-    return conn.execute(sa.select(sa.func.max(_cn.c.updated_at))).scalar()
+    aggs = sa.select(sa.literal(-1), sa.func.count(_agg.c.id), sa.literal(0),
+                     sa.func.max(_agg.c.updated_at))
+    changed, version = [], (None, 0)
+    for row in conn.execute(sa.union_all(nodes, aggs)):
+        if row[0] == -1:
+            version = (row[3], row[1])
+        else:
+            changed.append(tuple(row))
+    return changed, version
 
 
 def heartbeats(conn: Connection, since: datetime.datetime | None = None,

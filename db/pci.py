@@ -77,8 +77,14 @@ def pools_for_nodes(conn: Conn, node_ids: Iterable[int] | None = None,
         ids = sorted(set(node_ids))
         result = {node_id: [] for node_id in ids}
         rows = []
+        # MariaDB otherwise picks the status-first index and reads every
+        # available device of the fleet (10 ms instead of 1 at 10,000 nodes).
+        per_node = base
+        for dialect in ("mysql", "mariadb"):
+            per_node = per_node.with_hint(_t, "FORCE INDEX (pci_devices_node_pool_idx)",
+                                          dialect)
         for chunk in _chunks(ids):
-            rows.extend(conn.execute(base.where(_t.c.compute_node_id.in_(chunk))))
+            rows.extend(conn.execute(per_node.where(_t.c.compute_node_id.in_(chunk))))
 
     # Equal keys and equal (key, count) pools are shared objects: fewer objects
     # to build, and matching memoises per key.

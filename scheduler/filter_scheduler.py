@@ -474,8 +474,7 @@ class FilterScheduler:
             top = np.flatnonzero(totals >= kth)
             order = top[np.argsort(-totals[top], kind="stable")]
             head = [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
-            return _LazyWeighed(head, totals, [hosts[i] for i in rows.tolist()],
-                                set(order.tolist()))
+            return _LazyWeighed(head, totals, rows, hosts, set(order.tolist()))
         order = np.argsort(-totals, kind="stable")
         return [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
 
@@ -648,9 +647,9 @@ class _LazyWeighed(list):
     """The best few (weight, host) pairs, sorted; the rest are sorted only if
     every one of those is refused (claims racing with other schedulers)."""
 
-    def __init__(self, head, totals, hosts, taken) -> None:
+    def __init__(self, head, totals, rows, hosts, taken) -> None:
         super().__init__(head)
-        self._totals, self._hosts, self._taken = totals, hosts, taken
+        self._totals, self._rows, self._hosts, self._taken = totals, rows, hosts, taken
 
     def extend_all(self) -> None:
         if self._totals is None:
@@ -660,5 +659,5 @@ class _LazyWeighed(list):
                         dtype=np.intp)
         if len(rest):
             order = rest[np.argsort(-totals[rest], kind="stable")]
-            self.extend((float(totals[i]), self._hosts[i]) for i in order)
+            self.extend((float(totals[i]), self._hosts[self._rows[i]]) for i in order)
         self._totals = None

@@ -32,11 +32,14 @@ host_manager_opts = [
                     "availability_zone key."),
 ]
 cache_opts = [
-    cfg.FloatOpt("refresh_overlap_seconds", default=2.0, min=0.0,
-                 help="How far back each changed-rows refresh looks before the newest "
-                      "change it saw last time. Covers transactions that commit a little "
+    cfg.FloatOpt("refresh_overlap_seconds", default=1.0, min=0.0,
+                 help="Once per this many seconds the changed-rows refresh looks this far "
+                      "back before the newest change it saw (other refreshes read only "
+                      "rows at or after it). Covers transactions that commit a little "
                       "after they stamp updated_at, and small clock skew between "
-                      "scheduler hosts. Rows seen again are skipped by generation."),
+                      "scheduler hosts. Rows seen again are skipped by generation; a "
+                      "missed change can only make the cache stale, never a claim "
+                      "wrong (claims compare the generation)."),
     cfg.FloatOpt("heartbeat_refresh_interval", default=5.0, min=0.0,
                  help="Seconds between reads of changed service heartbeats. Heartbeats "
                       "only matter against service_down_time, so they need not be read "
@@ -67,6 +70,7 @@ class HostManager:
         self._aggregates: list[AggregateInfo] = []
         self._aggs_by_host: dict[str, tuple[AggregateInfo, ...]] = {}
         self._heartbeat_read_at = 0.0
+        self._last_sweep = 0.0
         self._heartbeat_since: datetime.datetime | None = None
         self._refresh_lock = threading.Lock()
         self._refresh_gen = 0
@@ -153,10 +157,18 @@ class HostManager:
                  (time.monotonic() - t0) * 1000)
 
     def _refresh_changed(self) -> None:
+        overlap = self.conf.scheduler.refresh_overlap_seconds
+        now = time.monotonic()
+        since = self._since
+        if now - self._last_sweep >= overlap:
+            # Once per overlap period, look back that far: a transaction that
+            # stamped updated_at before the newest row we saw but committed
+            # after our last read shows up here. In between, only rows at or
+            # after the newest seen are read (a handful, not a second's worth).
+            since -= datetime.timedelta(seconds=overlap)
+            self._last_sweep = now
         with self.db.reader_connection() as conn:
-            since = self._since - datetime.timedelta(
-                seconds=self.conf.scheduler.refresh_overlap_seconds)
-            changed = queries.changed_nodes(conn, since)
+            changed, agg_version = queries.changes_since(conn, since)
             newest = self._since
             stale, gone = [], []
             for node_id, generation, deleted, updated_at in changed:
@@ -173,8 +185,7 @@ class HostManager:
                 self._apply_node_rows(conn, queries.load_nodes(conn, stale), force=False)
             for node_id in gone:
                 self._drop(node_id)
-            version = queries.aggregates_version(conn)
-            if version != self._agg_version:
+            if agg_version != self._agg_version:
                 self._reload_aggregates(conn)
             elif stale:
                 self._assign_aggregates([self._hosts[i] for i in stale if i in self._hosts])

@@ -50,6 +50,27 @@ class ConsumeRefused(Exception):
         self.reason = reason
 
 
+_TOPOLOGIES: dict[str, Any] = {}
+
+
+def _host_topology(text: str | None):
+    """The HostTopology stored as ``text``; equal texts share one (immutable)
+    object, so reloading a changed row re-parses only new layouts/usages."""
+    if not text:
+        return None
+    topo = _TOPOLOGIES.get(text)
+    if topo is None:
+        data = _loads(text, None)
+        if not data:
+            return None
+        from numa.topology import HostTopology
+
+        if len(_TOPOLOGIES) >= 4096:
+            _TOPOLOGIES.clear()
+        topo = _TOPOLOGIES[text] = HostTopology.from_primitive(data)
+    return topo
+
+
 def _loads(text: str | None, default: Any) -> Any:
     if not text:
         return default
@@ -144,13 +165,7 @@ class HostState:
         self.metrics = _loads(row["metrics"], {})
         self.disabled = bool(row["disabled"])
         self.disabled_reason = row["disabled_reason"]
-        numa = _loads(row["numa_topology"], None)
-        if numa:
-            from numa.topology import HostTopology
-
-            self.numa_topology = HostTopology.from_primitive(numa)
-        else:
-            self.numa_topology = None
+        self.numa_topology = _host_topology(row["numa_topology"])
         self.generation = row["generation"]
         self.updated = row["updated_at"]
         self.touch()
