@@ -22,12 +22,19 @@ CONTROL_EXCHANGE = "berth"
 # Errors raised by the daemon that the client rebuilds as the same types.
 ALLOWED_REMOTE_EXMODS = ["scheduler.exception"]
 
-# Berth's defaults for oslo.messaging's own [DEFAULT] options: the local
-# RabbitMQ and the exchange "berth".
-# (oslo.messaging offers a public setter for the exchange only.)
-oslo_messaging.set_transport_defaults(control_exchange=CONTROL_EXCHANGE)
-cfg.set_defaults(oslo_messaging.transport._transport_opts,
-                 transport_url=DEFAULT_TRANSPORT_URL)
+
+
+def set_defaults() -> None:
+    """Berth's defaults for oslo.messaging's own [DEFAULT] options: the local
+    RabbitMQ and the exchange "berth". Also the ``oslo.config.opts.defaults``
+    hook of the ``berth.scheduler`` namespace, so the generated sample shows
+    them. (oslo.messaging offers a public setter for the exchange only.)"""
+    oslo_messaging.set_transport_defaults(control_exchange=CONTROL_EXCHANGE)
+    cfg.set_defaults(oslo_messaging.transport._transport_opts,
+                     transport_url=DEFAULT_TRANSPORT_URL)
+
+
+set_defaults()
 # Registered now (oslo.messaging would on first use) so they can be overridden
 # and read before a transport exists; the same objects, so no duplicate.
 cfg.CONF.register_opts(oslo_messaging.transport._transport_opts)

@@ -55,20 +55,33 @@ def _used(used: Any, total: Any) -> str:
     return f"{used}/{total}"
 
 
+def _numa_cell(cell: Any) -> str:
+    """``cell1:8-11`` for a guest cell on host cell 1 pinned to host CPUs 8-11."""
+    if not isinstance(cell, dict):
+        return str(cell)
+    text = f"cell{cell.get('host_cell_id', '?')}"
+    pinned = sorted((cell.get("cpu_pinning") or {}).values())
+    if pinned:
+        text += ":" + ",".join(str(c) for c in pinned)
+    if cell.get("pagesize_kb"):
+        text += f"@{cell['pagesize_kb']}K"
+    return text
+
+
 def format_selections(result: list[list[dict]], dry_run: bool = False) -> str:
     """One row per selection; alternates are marked and follow their instance."""
     rows = []
     for alternatives in result:
         for rank, s in enumerate(alternatives):
             alloc = s.get("allocation") or {}
-            cells = s.get("numa_cells") or []
+            numa = s.get("numa_cells") or {}
+            cells = numa.get("cells", []) if isinstance(numa, dict) else numa
             pci = s.get("pci_devices") or []
             rows.append([
                 s.get("instance_uuid") if rank == 0 else "  alternate",
                 s.get("host"), s.get("node"), alloc.get("vcpus"), alloc.get("memory_mb"),
                 alloc.get("disk_mb"),
-                ",".join(str(c.get("id", c)) if isinstance(c, dict) else str(c)
-                         for c in cells) or None,
+                " ".join(_numa_cell(c) for c in cells) or None,
                 ",".join(str(d.get("address", d)) if isinstance(d, dict) else str(d)
                          for d in pci) or None,
                 None if s.get("weight") is None else round(float(s["weight"]), 3),

@@ -397,7 +397,8 @@ def _profile(sched: FilterScheduler, name: str, size: int, backend: str,
 class Daemon:
     """``berth-scheduler`` as a subprocess with a throwaway config and topic."""
 
-    def __init__(self, db_url: str, workers: int, plugins: Plugins, workdir: str) -> None:
+    def __init__(self, db_url: str, workers: int, plugins: Plugins, workdir: str,
+                 concurrency: str = "eventlet") -> None:
         self.tag = uuidlib.uuid4().hex[:8]
         self.topic = f"berth-bench-{self.tag}"
         self.workdir = workdir
@@ -409,7 +410,7 @@ class Daemon:
             f.write(f"""[DEFAULT]
 transport_url = {TRANSPORT_URL}
 host = bench-{self.tag}
-concurrency_backend = eventlet
+concurrency_backend = {concurrency}
 log_file = {self.log}
 use_stderr = false
 service_down_time = {SERVICE_DOWN_TIME}
@@ -512,11 +513,12 @@ def e2e_available() -> str | None:
 
 @contextlib.contextmanager
 def running_daemon(db_url: str, workers: int, plugins: Plugins, workdir: str,
-                   start_timeout: float) -> Iterator[tuple[Daemon, Any]]:
+                   start_timeout: float, concurrency: str = "eventlet"
+                   ) -> Iterator[tuple[Daemon, Any]]:
     """A started daemon and a client on its topic; stopped afterwards."""
     from scheduler.rpcapi import SchedulerAPI
 
-    daemon = Daemon(db_url, workers, plugins, workdir)
+    daemon = Daemon(db_url, workers, plugins, workdir, concurrency)
     daemon.start()
     api = ping = None
     try:
@@ -605,13 +607,18 @@ def _measure_clients(api, clients: int, requests: int, budget_s: float
 
 def bench_e2e(url: str, size: int, backend: str, res: Results, plugins: Plugins,
               workdir: str, requests: int, budget_s: float,
-              worker_counts: tuple[int, ...]) -> None:
-    """Latency at 1 and 16 clients and throughput, per worker count; peak RSS."""
+              worker_counts: tuple[int, ...], concurrency: str = "eventlet") -> None:
+    """Latency at 1 and 16 clients and throughput, per worker count; peak RSS.
+    Rows for the threading backend are named ``e2e threading ...``."""
+    tag = "" if concurrency == "eventlet" else f"{concurrency} "
+    key = "e2e" if concurrency == "eventlet" else f"e2e.{concurrency}"
     for workers in worker_counts:
         try:
-            with running_daemon(url, workers, plugins, workdir, 60 + size / 500) as (d, api):
+            with running_daemon(url, workers, plugins, workdir, 60 + size / 500,
+                                concurrency) as (d, api):
                 first = _warm_up(api, workers)
-                res.add(f"e2e.w{workers}.first_s", f"e2e {workers}w first request (cache load)",
+                res.add(f"{key}.w{workers}.first_s",
+                        f"e2e {tag}{workers}w first request (cache load)",
                         size, backend, first, "s")
                 for clients in (1, 16):
                     n = requests if clients == 1 else requests * 4
@@ -619,18 +626,19 @@ def bench_e2e(url: str, size: int, backend: str, res: Results, plugins: Plugins,
                     if not lat:
                         raise RuntimeError(f"all {errors} requests failed")
                     p99 = _pct(lat, 99) * 1000
-                    row = res.add(f"e2e.w{workers}.c{clients}.p50_ms",
-                            f"e2e {workers}w {clients:>2} client(s) p50", size, backend,
-                            statistics.median(lat) * 1000, "ms",
-                            f"p99 {p99:.2f} ms, n={len(lat)}"
-                            + (f", {errors} errors" if errors else ""))
+                    row = res.add(f"{key}.w{workers}.c{clients}.p50_ms",
+                                  f"e2e {tag}{workers}w {clients:>2} client(s) p50", size,
+                                  backend, statistics.median(lat) * 1000, "ms",
+                                  f"p99 {p99:.2f} ms, n={len(lat)}"
+                                  + (f", {errors} errors" if errors else ""))
                     row.p99_ms = p99
-                    res.add(f"e2e.w{workers}.c{clients}.rps",
-                            f"e2e {workers}w {clients:>2} client(s) throughput", size, backend,
-                            len(lat) / wall, "req/s")
-                _add_rss(res, d, size, backend, workers)
+                    res.add(f"{key}.w{workers}.c{clients}.rps",
+                            f"e2e {tag}{workers}w {clients:>2} client(s) throughput", size,
+                            backend, len(lat) / wall, "req/s")
+                if not tag:
+                    _add_rss(res, d, size, backend, workers)
         except Exception as e:
-            res.add(f"e2e.w{workers}", f"e2e {workers}w", size, backend, None, "",
+            res.add(f"{key}.w{workers}", f"e2e {tag}{workers}w", size, backend, None, "",
                     f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:100]}")
 
 
@@ -681,6 +689,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--e2e-budget", type=float,
                    help="max seconds per e2e phase (default: quick 4, full 30)")
     p.add_argument("--no-e2e", action="store_true", help="skip the daemon part")
+    p.add_argument("--e2e-concurrency", default="eventlet",
+                   help="daemon concurrency backends for the e2e part: eventlet,threading")
     p.add_argument("--no-rss", action="store_true",
                    help="skip starting the daemon at sizes other than --e2e-size")
     p.add_argument("--mariadb-max", type=int, default=100000,
@@ -758,8 +768,9 @@ def main(argv: list[str] | None = None) -> int:
                 if backend == daemon_backend and not e2e_skip:
                     bdb.db.dispose()
                     if size == e2e_size:
-                        bench_e2e(bdb.url, size, backend, res, plugins, workdir,
-                                  e2e_requests, e2e_budget, (1, 2))
+                        for concurrency in args.e2e_concurrency.split(","):
+                            bench_e2e(bdb.url, size, backend, res, plugins, workdir,
+                                      e2e_requests, e2e_budget, (1, 2), concurrency)
                     elif not args.no_rss and not quick:
                         bench_rss_only(bdb.url, size, backend, res, plugins, workdir)
             finally:

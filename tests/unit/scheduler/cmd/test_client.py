@@ -14,7 +14,10 @@ from scheduler.cmd import client
 SEL = {"instance_uuid": "u1", "host": "compute-001", "node": "compute-001",
        "node_uuid": "n1", "weight": 1.23456,
        "allocation": {"vcpus": 2, "memory_mb": 2048, "disk_mb": 10240},
-       "numa_cells": [{"id": 0}], "pci_devices": ["0000:81:02.1"]}
+       "numa_cells": {"cells": [{"id": 0, "host_cell_id": 1, "cpu_pinning": {"0": 9, "1": 8},
+                                 "pagesize_kb": 2048}],
+                      "emulator_threads_policy": None},
+       "pci_devices": ["0000:81:02.1"]}
 HOST = {"host": "compute-001", "node": "compute-001", "availability_zone": "az1",
         "vcpus": 32, "vcpus_used": 2, "memory_mb": 65536, "memory_mb_used": 2048,
         "local_gb": 100, "local_gb_used": 10, "running_vms": 1,
@@ -87,6 +90,8 @@ def test_select_table_and_json(berth):
     assert out.splitlines()[0].split() == ["INSTANCE", "HOST", "NODE", "VCPUS", "RAM_MB",
                                            "DISK_MB", "NUMA", "PCI", "WEIGHT"]
     assert "compute-002" in out and "alternate" in out and "1.235" in out
+    # Guest cell on host cell 1, pinned to host CPUs 8 and 9, 2 MiB pages.
+    assert "cell1:8,9@2048K" in out and "0000:81:02.1" in out
     rc, out, _ = berth("select", "REQ", "--json", "--dry-run")
     assert rc == 0 and json.loads(out)[0][0]["host"] == "compute-001"
     rc, out, _ = berth("--json", "select", "REQ")
