@@ -1,10 +1,9 @@
 """NumInstancesFilter and AggregateNumInstancesFilter: cap instances per host."""
 from __future__ import annotations
 
-import numpy as np
 from oslo_config import cfg
 
-from scheduler.filters import BaseHostFilter, FilterContext
+from scheduler.filters.count_limit import AggregateLimit, CountLimitFilter
 
 num_instances_opts = [
     cfg.IntOpt("max_instances_per_host",
@@ -20,56 +19,15 @@ cfg.CONF.register_opts(num_instances_opts, group="filter_scheduler")
 LIST_OPTS = [("filter_scheduler", num_instances_opts)]
 
 
-class NumInstancesFilter(BaseHostFilter):
+class NumInstancesFilter(CountLimitFilter):
     """Removes hosts already running ``max_instances_per_host`` instances."""
 
-    def __init__(self, conf) -> None:
-        super().__init__(conf)
-        self._limit: tuple = (None, 0)
-
-    def configured_limit(self, ctx: FilterContext) -> int:
-        """``[filter_scheduler] max_instances_per_host`` (read once per context)."""
-        cached = self._limit
-        if cached[0] is not ctx:
-            cached = self._limit = (ctx, self.conf.filter_scheduler.max_instances_per_host)
-        return cached[1]
-
-    def host_limit(self, host, ctx: FilterContext) -> int:
-        return self.configured_limit(ctx)
-
-    def host_limit_vector(self, cols, ctx: FilterContext):
-        """``host_limit`` of every ``cols`` row (an array or one number for all), or
-        None when some row can only be answered by ``host_limit``."""
-        return self.configured_limit(ctx)
-
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        limit = self.host_limit(host, ctx)
-        if host.num_instances >= limit:
-            return f"max instances per host reached ({limit})"
-        return None
-
-    def filter_vector(self, cols, spec, ctx: FilterContext):
-        limit = self.host_limit_vector(cols, ctx)
-        if limit is None:
-            return None
-        return ~(cols.num_instances >= limit)
+    host_attr = "num_instances"
+    column = "num_instances"
+    option = "max_instances_per_host"
+    reason = "max instances per host reached ({limit})"
 
 
-class AggregateNumInstancesFilter(NumInstancesFilter):
+class AggregateNumInstancesFilter(AggregateLimit, NumInstancesFilter):
     """NumInstancesFilter with the limit from ``max_instances_per_host`` aggregate
     metadata (the smallest valid value), else the configured one."""
-
-    def host_limit(self, host, ctx: FilterContext) -> int:
-        limit = self.configured_limit(ctx)
-        if host.aggregates:
-            limit = int(host.aggregate_min_float("max_instances_per_host", limit))
-        return limit
-
-    def host_limit_vector(self, cols, ctx: FilterContext):
-        limit = self.configured_limit(ctx)
-        values, present = cols.aggregate_min("max_instances_per_host")
-        if not present.any():
-            return limit
-        if not np.isfinite(values[present]).all():
-            return None     # int() of it raises in host_limit: keep that behaviour
-        return np.where(present, np.trunc(values), limit)
