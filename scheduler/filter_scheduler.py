@@ -401,9 +401,7 @@ class FilterScheduler:
             vec = flt.filter_vector(cols, spec, ctx)
             if vec is None:
                 slow.append(flt)
-                vec = flt.prefilter_vector(cols, spec, ctx)
-                if vec is None:
-                    continue
+                continue
             if mask is None:
                 mask = vec.copy()
             else:

@@ -15,7 +15,8 @@ is True when the host's aggregates name a zone besides ``availability_zone``
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,8 @@ class HostColumns:
         self._agg_min: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         #: Per row, the (aggregates, zone) the aggregate columns were computed from.
         self._agg_source: list[tuple | None] = [None] * n
+        #: key -> (known, answer) bool rows, see ``memoised``.
+        self._memo: dict = {}
         for i, hs in enumerate(self.hosts):
             hs.attach_columns(self, i)
             self.index_by_host.setdefault(hs.host, []).append(i)
@@ -59,6 +62,8 @@ class HostColumns:
 
     def update(self, i: int, hs) -> None:
         """Rewrite row ``i`` from its HostState."""
+        for known, _answer in self._memo.values():
+            known[i] = False
         self.memory_used[i] = hs.memory_mb_used
         self.memory_limit[i] = hs.memory_mb_limit
         self.memory_usable[i] = hs.memory_mb - hs.reserved_host_memory_mb
@@ -114,6 +119,26 @@ class HostColumns:
                 _aggregate_min_row(self.hosts[i], key, i, values, present)
             cached = self._agg_min[key] = (values, present)
         return cached
+
+    def memoised(self, key, rows: np.ndarray, answer: Callable[[Any], bool]) -> np.ndarray:
+        """A bool per row: ``answer(host)`` for the hosts at ``rows`` (others
+        False), remembered per ``key`` until the row's host changes (``update``).
+        For expensive per-host answers that depend only on the host's state and
+        on what ``key`` names (e.g. NUMA fitting of one guest topology)."""
+        entry = self._memo.get(key)
+        if entry is None:
+            if len(self._memo) >= 64:
+                self._memo.clear()
+            entry = self._memo[key] = (np.zeros(self.n, dtype=bool),
+                                       np.zeros(self.n, dtype=bool))
+        known, ok = entry
+        hosts = self.hosts
+        for i in rows[~known[rows]].tolist():
+            ok[i] = answer(hosts[i])
+            known[i] = True
+        out = np.zeros(self.n, dtype=bool)
+        out[rows] = ok[rows]
+        return out
 
     def host_indexes(self, names) -> list[int]:
         out: list[int] = []

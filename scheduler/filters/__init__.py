@@ -67,13 +67,6 @@ class BaseHostFilter:
         A test checks every vector form against ``host_passes``."""
         return None
 
-    def prefilter_vector(self, cols, spec, ctx: FilterContext):
-        """Optional, for filters without an exact vector form: a numpy bool
-        mask that is False only where ``host_passes`` certainly fails (e.g. no
-        NUMA topology at all), so the per-host check runs on fewer hosts. None
-        when there is nothing cheap to say."""
-        return None
-
     def filter_all(self, hosts: list, spec, ctx: FilterContext):
         """Split ``hosts`` into (passed, [(host, reason), ...])."""
         passed, failed = [], []

@@ -1,6 +1,8 @@
 """NUMATopologyFilter: the guest NUMA topology (pinning, pages, PCI affinity) fits."""
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.filters import BaseHostFilter
 
 
@@ -21,6 +23,12 @@ class NUMATopologyFilter(BaseHostFilter):
     def is_noop(self, spec) -> bool:
         return spec.numa_topology is None
 
-    def prefilter_vector(self, cols, spec, ctx):
-        """Hosts without a NUMA topology never fit a guest that has one."""
-        return cols.has_numa
+    def filter_vector(self, cols, spec, ctx):
+        """Hosts without a NUMA topology fail; the others keep their answer
+        per guest topology until they change (``HostColumns.memoised``)."""
+        if spec.numa_topology is None:
+            return None
+        from scheduler.host_state import request_token
+
+        return cols.memoised(("numa", request_token(spec)), np.flatnonzero(cols.has_numa),
+                             lambda host: host.fit_numa(spec).fitted is not None)

@@ -1,6 +1,8 @@
 """PciPassthroughFilter: the host has free devices for every PCI request."""
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.filters import BaseHostFilter
 
 
@@ -20,8 +22,13 @@ class PciPassthroughFilter(BaseHostFilter):
     def is_noop(self, spec) -> bool:
         return not spec.pci_requests
 
-    def prefilter_vector(self, cols, spec, ctx):
-        """Hosts with fewer free devices than the request asks for in all."""
+    def filter_vector(self, cols, spec, ctx):
+        """Hosts with fewer free devices than the request asks for in all fail;
+        the others keep their answer until they change (``HostColumns.memoised``)."""
         if not spec.pci_requests:
             return None
-        return cols.pci_free >= sum(r.count for r in spec.pci_requests)
+        from scheduler.host_state import request_token
+
+        enough = cols.pci_free >= sum(r.count for r in spec.pci_requests)
+        return cols.memoised(("pci", request_token(spec)), np.flatnonzero(enough),
+                             lambda host: self.host_passes(host, spec, ctx) is None)
