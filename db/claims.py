@@ -66,6 +66,9 @@ class Released:
     pci_addresses: tuple[str, ...]
     request_spec: str | None
     instance_group: str | None
+    generation: int = 0                   # the node's generation after the release
+    numa_topology: str | None = None      # the node's topology JSON after, if it changed
+    pci_pools: tuple | None = None        # the node's pools after, if devices were freed
 
 
 def _claim_update(with_numa: bool):
@@ -152,7 +155,8 @@ def release(db: Database, instance_uuid: str) -> Released | None:
                              .with_for_update()).mappings().first()
         if alloc is None:
             return None
-        node = conn.execute(sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology)
+        node = conn.execute(sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology,
+                                      _cn.c.generation)
                             .where(_cn.c.id == alloc["compute_node_id"])
                             .with_for_update()).mappings().one()
         values = {
@@ -170,14 +174,18 @@ def release(db: Database, instance_uuid: str) -> Released | None:
                                                          alloc["numa_cells"])
         conn.execute(sa.update(_cn).where(_cn.c.id == node["id"]).values(**values))
         addresses: tuple[str, ...] = ()
+        pools = None
         if alloc["pci_devices"]:
             addresses = tuple(db_pci.release_devices(conn, instance_uuid))
+            pools = db_pci.pools_for_nodes(conn, [node["id"]]).get(node["id"], ())
         conn.execute(sa.delete(_alloc).where(_alloc.c.id == alloc["id"]))
     return Released(instance_uuid=instance_uuid, node_id=node["id"], host=node["host"],
                     vcpus=alloc["vcpus"], memory_mb=alloc["memory_mb"],
                     disk_mb=alloc["disk_mb"], numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=alloc["request_spec"],
-                    instance_group=alloc["instance_group"])
+                    instance_group=alloc["instance_group"],
+                    generation=node["generation"] + 1,
+                    numa_topology=values.get("numa_topology"), pci_pools=pools)
 
 
 def _remove_numa_usage(host_json: str, fitted_json: str) -> str:

@@ -289,7 +289,9 @@ class FilterScheduler:
         if released is None:
             return False
         self.host_manager.note_released(instance_uuid)
-        self.host_manager.refresh_nodes([released.node_id])
+        host = self.host_manager.get(released.node_id)
+        if host is None or not host.unconsume(released):
+            self.host_manager.refresh_nodes([released.node_id])
         LOG.info("Released %s from %s", instance_uuid, released.host)
         return True
 

@@ -422,6 +422,27 @@ class HostState:
         self.updated = utcnow()
         self.touch()
 
+    def unconsume(self, released) -> bool:
+        """Give back what a release freed (``db.claims.Released``), when this
+        state is exactly the one the release changed (its generation is the one
+        before); False otherwise, and the caller re-reads the host."""
+        with lockutils.lock(self._lock_name):
+            if self.generation != released.generation - 1:
+                return False
+            self.memory_mb_used -= released.memory_mb
+            self.disk_mb_used -= released.disk_mb
+            self.vcpus_used -= released.vcpus
+            self.num_instances -= 1
+            self.num_io_ops = max(0, self.num_io_ops - 1)
+            if released.numa_topology is not None:
+                self.numa_topology = _host_topology(released.numa_topology)
+            if released.pci_pools is not None:
+                self.pci_pools = released.pci_pools
+            self.generation = released.generation
+            self.updated = utcnow()
+            self.touch()
+            return True
+
     def lock(self):
         """The per-host lock (for refreshes that must not interleave with consume)."""
         return lockutils.lock(self._lock_name)

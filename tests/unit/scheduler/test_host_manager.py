@@ -1,0 +1,84 @@
+"""The host-state cache stays equal to a fresh load from the database.
+
+Claims and releases update cached hosts in memory (generation-checked); a
+refresh re-reads only changed rows. After any mix of them, every cached host
+must look exactly like the same host loaded from scratch.
+"""
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from db import hosts as db_hosts
+from scheduler import exception
+from scheduler import fleet as fleet_mod
+from scheduler.filter_scheduler import FilterScheduler
+from scheduler.host_manager import HostManager
+from tests.unit.scheduler.test_fast_path import ALIAS, _fleet, _request, conf  # noqa: F401
+
+FIELDS = ("vcpus_used", "memory_mb_used", "disk_mb_used", "num_instances", "num_io_ops",
+          "failed_builds", "generation", "numa_topology", "pci_pools", "instances",
+          "availability_zone", "disabled")
+
+
+def _snapshot(hm: HostManager) -> dict:
+    return {h.node_id: {f: getattr(h, f) for f in FIELDS} for h in hm.host_states()}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cache_equals_a_fresh_load_after_claims_and_releases(sqlite_db, conf, seed):  # noqa: F811
+    rng = random.Random(seed)
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(_fleet(rng, 25)))
+    sched = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    other = FilterScheduler(HostManager(sqlite_db, conf), conf)   # a second scheduler
+    placed = []
+    for _ in range(60):
+        s = rng.choice((sched, other))
+        try:
+            sel = s.select_destinations(_request(rng, s, "g-1"))
+            placed.append(sel[0][0])
+        except exception.NoValidHost:
+            pass
+        if placed and rng.random() < 0.35:
+            victim = placed.pop(rng.randrange(len(placed)))
+            rng.choice((sched, other)).release(victim.instance_uuid)
+        if placed and rng.random() < 0.1:
+            victim = placed.pop(rng.randrange(len(placed)))
+            try:
+                placed.append(s.reschedule(victim.instance_uuid, victim.host)[0])
+            except exception.NoValidHost:
+                pass
+    fresh = HostManager(sqlite_db, conf, load_pci_pools=True)
+    for s in (sched, other):
+        assert _snapshot(s.host_manager) == _snapshot(fresh)
+
+
+def test_concurrent_requests_share_one_refresh(sqlite_db, conf):  # noqa: F811
+    rng = random.Random(5)
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(_fleet(rng, 10)))
+    hm = HostManager(sqlite_db, conf)
+    hm.refresh()
+    calls = []
+    started = threading.Event()
+    release = threading.Event()
+    real = hm._refresh_changed
+
+    def slow_refresh():
+        calls.append(1)
+        started.set()
+        release.wait(5)
+        real()
+
+    hm._refresh_changed = slow_refresh
+    threads = [threading.Thread(target=hm.refresh) for _ in range(8)]
+    threads[0].start()
+    started.wait(5)
+    for t in threads[1:]:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join(10)
+    # The seven that arrived during the first refresh waited for it and reused it.
+    assert len(calls) == 1
