@@ -44,6 +44,11 @@ class BaseHostFilter:
     #: in the same multi-instance request: evaluate once per request.
     run_filter_once_per_request = False
 
+    #: Every host this filter removes for a given request gets the same reason
+    #: text (e.g. "insufficient RAM: need 8192 MB"), so explaining a NoValidHost
+    #: needs the text of one of them, not of each.
+    uniform_reason = False
+
     def __init__(self, conf) -> None:
         self.conf = conf
 

@@ -14,6 +14,8 @@ from scheduler.filters import BaseHostFilter, FilterContext
 class AvailabilityZoneFilter(BaseHostFilter):
     """Removes hosts outside the requested availability zone."""
 
+    uniform_reason = True
+
     # A host's zone does not change between the instances of one request.
     run_filter_once_per_request = True
 

@@ -11,6 +11,8 @@ from scheduler.filters import BaseHostFilter, FilterContext
 class CoreFilter(BaseHostFilter):
     """Removes hosts without enough vCPUs, counting the host's allocation ratio."""
 
+    uniform_reason = True
+
     def vcpus_limit(self, host) -> float:
         """Usable vCPUs (overcommit included)."""
         return host.vcpus_limit

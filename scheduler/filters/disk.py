@@ -11,6 +11,8 @@ from scheduler.filters import BaseHostFilter, FilterContext
 class DiskFilter(BaseHostFilter):
     """Removes hosts without enough local disk, counting the host's allocation ratio."""
 
+    uniform_reason = True
+
     def disk_limit(self, host) -> float:
         """Usable disk in MB (overcommit included)."""
         return host.disk_mb_limit

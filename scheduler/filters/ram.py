@@ -7,6 +7,8 @@ from scheduler.filters import BaseHostFilter, FilterContext
 class RamFilter(BaseHostFilter):
     """Removes hosts without enough RAM, counting the host's allocation ratio."""
 
+    uniform_reason = True
+
     def memory_limit(self, host) -> float:
         """Usable RAM in MB (overcommit included)."""
         return host.memory_mb_limit

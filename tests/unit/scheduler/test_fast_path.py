@@ -157,6 +157,9 @@ def test_fast_path_matches_straightforward_path(sqlite_db, conf, seed):
         rows = sched._filter_fast(spec, ctx_fast, {}, 0)
         fast = [sched.host_manager.columns.hosts[i] for i in rows]
         assert [h.node_id for h in fast] == [h.node_id for h in slow], (seed, step, spec)
+        # The NoValidHost explanation is the same too (counts and texts per filter).
+        assert sched._explain_fast(spec, ctx_fast, {}, 0).summary(0) == \
+            sched._filter(hosts, spec, ctx, {}, 0)[1].summary(0)
         if slow:
             w_slow = sched._weigh(slow, spec, ctx)
             w_fast = list(sched._weigh_fast(rows, spec, ctx_fast))
