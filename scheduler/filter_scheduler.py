@@ -248,12 +248,15 @@ class FilterScheduler:
                     group_hosts[h] = group_hosts.get(h, 0) + n
                 ctx = FilterContext(now=utcnow(), conf=self.conf, group_hosts=group_hosts)
                 if self.fast_path and not overlay:
-                    candidates = self._filter_fast(spec, ctx, once_cache, index)
+                    removed: dict[str, int] = {}
+                    candidates = self._filter_fast(spec, ctx, once_cache, index, removed)
                     explain = functools.partial(self._explain_fast, spec, ctx, once_cache, index)
                     weighed = self._weigh_fast(candidates, spec, ctx) if len(candidates) else []
                 else:
                     candidates, explanation = self._filter(view, spec, ctx, once_cache, index)
                     explain = functools.partial(lambda e: e, explanation)
+                    removed = {f["filter"]: f["removed"]
+                               for f in explanation.summary(0)["filters"]}
                     weighed = self._weigh(candidates, spec, ctx) if candidates else []
                 if not len(candidates):
                     summary = explain().summary(0)
@@ -273,9 +276,10 @@ class FilterScheduler:
                     self.host_manager.note_placed(chosen, instance_uuid, group)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
-                LOG.info("Placed %s on %s (%d/%d hosts passed filters)%s",
+                LOG.info("Placed %s on %s: %d/%d hosts passed filters (%s)%s",
                          instance_uuid, chosen.host, len(candidates), len(view),
-                         " [dry run]" if dry_run else "")
+                         ", ".join(f"{name} -{n}" for name, n in removed.items() if n)
+                         or "none removed", " [dry run]" if dry_run else "")
         except exception.NoValidHost as e:
             LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
                      e.reason)
@@ -393,10 +397,12 @@ class FilterScheduler:
 
     # -- fast path: numpy columns, cheap checks first -------------------------
     def _filter_fast(self, spec: RequestSpec, ctx: FilterContext,
-                     once_cache: dict[str, set[int]], index: int) -> np.ndarray:
+                     once_cache: dict[str, set[int]], index: int,
+                     removed: dict[str, int] | None = None) -> np.ndarray:
         """Row indexes (into HostColumns) of the hosts ``_filter`` would keep:
         vector forms over every host first, the other filters per host on the
-        survivors only."""
+        survivors only. ``removed`` (optional) gets how many hosts each filter
+        removed in that order (cheapest first), for the log."""
         cols = self.host_manager.columns
         hosts = cols.hosts
         mask = self._force_and_ignore_mask(cols, spec)
@@ -408,24 +414,31 @@ class FilterScheduler:
             if vec is None:
                 slow.append(flt)
                 continue
+            before = cols.n if mask is None else None
             if mask is None:
                 mask = vec.copy()
             else:
+                before = int(np.count_nonzero(mask))
                 mask &= vec
+            if removed is not None:
+                removed[flt.name] = before - int(np.count_nonzero(mask))
         rows = np.arange(cols.n) if mask is None else np.flatnonzero(mask)
         for flt in slow:
             if not len(rows):
                 break
+            before = len(rows)
             if flt.run_filter_once_per_request and index > 0 and flt.name in once_cache:
                 keep = once_cache[flt.name]
                 rows = np.array([i for i in rows.tolist() if hosts[i].node_id in keep],
                                 dtype=np.intp)
-                continue
-            check = flt.host_passes
-            rows = np.array([i for i in rows.tolist() if check(hosts[i], spec, ctx) is None],
-                            dtype=np.intp)
-            if flt.run_filter_once_per_request and index == 0:
-                once_cache[flt.name] = {hosts[i].node_id for i in rows.tolist()}
+            else:
+                check = flt.host_passes
+                rows = np.array([i for i in rows.tolist()
+                                 if check(hosts[i], spec, ctx) is None], dtype=np.intp)
+                if flt.run_filter_once_per_request and index == 0:
+                    once_cache[flt.name] = {hosts[i].node_id for i in rows.tolist()}
+            if removed is not None:
+                removed[flt.name] = before - len(rows)
         return rows
 
     def _force_and_ignore_mask(self, cols, spec: RequestSpec):

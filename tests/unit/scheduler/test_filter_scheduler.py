@@ -200,3 +200,16 @@ def test_force_and_ignore_hosts(sqlite_db, conf):
     with pytest.raises(exception.NoValidHost) as err:
         s.select_destinations(_req(s, force_hosts=["zzz"]))
     assert "force_hosts" in str(err.value)
+
+
+def test_info_log_says_which_filter_removed_how_many(sqlite_db, conf, caplog):
+    _fleet(sqlite_db, TWO_HOSTS + [{"host": "off", "vcpus": 64, "memory_mb": 65536,
+                                    "local_gb": 100, "disabled": True},
+                                   {"host": "tiny", "vcpus": 1, "memory_mb": 512,
+                                    "local_gb": 10}])
+    s = _sched(sqlite_db, conf)
+    with caplog.at_level("INFO", logger="scheduler.filter_scheduler"):
+        s.select_destinations(_req(s, 1, 1024))
+    line = next(r.getMessage() for r in caplog.records if "Placed" in r.getMessage())
+    assert "2/4 hosts passed filters" in line
+    assert "ComputeFilter -1" in line and "RamFilter -1" in line
