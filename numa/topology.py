@@ -238,22 +238,7 @@ class HostTopology:
     @classmethod
     def from_primitive(cls, data: Any, field: str = "numa_topology") -> HostTopology:
         data = _mapping(data, field)
-        cells = [HostCell.from_primitive(item, f"{field}.cells.{i}")
-                 for i, item in enumerate(_list(data.get("cells"), f"{field}.cells"))]
-        if not cells:
-            raise NumaError(f"{field}.cells", "expected at least one cell")
-        ids: set[int] = set()
-        cpus: set[int] = set()
-        for i, cell in enumerate(cells):
-            if cell.id in ids:
-                raise NumaError(f"{field}.cells.{i}.id", f"cell id {cell.id} used twice")
-            ids.add(cell.id)
-            both = cell.cpuset | cell.pcpuset
-            if both & cpus:
-                raise NumaError(f"{field}.cells.{i}",
-                                f"CPUs {_fmt(both & cpus)} are also in another cell")
-            cpus |= both
-        return cls(cells=tuple(cells))
+        return cls(cells=_cells(data, field, HostCell, "CPUs"))
 
     def to_primitive(self) -> dict:
         return {"cells": [cell.to_primitive() for cell in self.cells]}
@@ -339,21 +324,7 @@ class InstanceTopology:
     @classmethod
     def from_primitive(cls, data: Any, field: str = "instance") -> InstanceTopology:
         data = _mapping(data, field)
-        cells = [InstanceCell.from_primitive(item, f"{field}.cells.{i}")
-                 for i, item in enumerate(_list(data.get("cells"), f"{field}.cells"))]
-        if not cells:
-            raise NumaError(f"{field}.cells", "expected at least one cell")
-        ids: set[int] = set()
-        vcpus: set[int] = set()
-        for i, cell in enumerate(cells):
-            if cell.id in ids:
-                raise NumaError(f"{field}.cells.{i}.id", f"cell id {cell.id} used twice")
-            ids.add(cell.id)
-            both = cell.cpuset | cell.pcpuset
-            if both & vcpus:
-                raise NumaError(f"{field}.cells.{i}",
-                                f"vCPUs {_fmt(both & vcpus)} are also in another cell")
-            vcpus |= both
+        cells = _cells(data, field, InstanceCell, "vCPUs")
         emulator = _choice(data.get("emulator_threads_policy"),
                            f"{field}.emulator_threads_policy", EMULATOR_POLICIES)
         if emulator == EMULATOR_ISOLATE and not any(cell.pcpuset for cell in cells):
@@ -455,6 +426,27 @@ class FittedTopology:
     def to_primitive(self) -> dict:
         return {"cells": [cell.to_primitive() for cell in self.cells],
                 "emulator_threads_policy": self.emulator_threads_policy}
+
+
+def _cells(data: Mapping, field: str, cell_cls, cpu_word: str) -> tuple:
+    """The validated ``cells`` of a topology: at least one, distinct ids, and no
+    CPU in two cells."""
+    cells = [cell_cls.from_primitive(item, f"{field}.cells.{i}")
+             for i, item in enumerate(_list(data.get("cells"), f"{field}.cells"))]
+    if not cells:
+        raise NumaError(f"{field}.cells", "expected at least one cell")
+    ids: set[int] = set()
+    seen: set[int] = set()
+    for i, cell in enumerate(cells):
+        if cell.id in ids:
+            raise NumaError(f"{field}.cells.{i}.id", f"cell id {cell.id} used twice")
+        ids.add(cell.id)
+        both = cell.cpuset | cell.pcpuset
+        if both & seen:
+            raise NumaError(f"{field}.cells.{i}",
+                            f"{cpu_word} {_fmt(both & seen)} are also in another cell")
+        seen |= both
+    return tuple(cells)
 
 
 def _fmt(cpus: Iterable[int]) -> str:
