@@ -613,11 +613,18 @@ class FilterScheduler:
                 raise exception.InvalidRequest(
                     field="instance_uuids",
                     reason=f"already allocated: {instance_uuid}") from None
-            except claims.ClaimConflict:
+            except claims.ClaimConflict as e:
                 LOG.debug("Claim on %s lost a race (attempt %d)", host.host, attempt + 1)
+                seen = host.generation
                 self.host_manager.refresh_nodes([host.node_id])
                 if self.host_manager.get(host.node_id) is not host:
                     break       # the node was deleted meanwhile
+                if host.generation == seen:
+                    # Nobody else changed the node: the database refused this
+                    # claim on its own terms (e.g. a PF and one of its VFs in one
+                    # boot). Trying again would fail the same way.
+                    refused[f"claim refused: {e}"] += 1
+                    return None
                 reason = self._recheck(host, spec, ctx)
                 if reason:
                     refused[reason] += 1
