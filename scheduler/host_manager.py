@@ -73,6 +73,9 @@ class HostManager:
         self._last_sweep = 0.0
         self._heartbeat_since: datetime.datetime | None = None
         self._refresh_lock = threading.Lock()
+        # Guards the instance -> node and group -> hosts indexes, which request
+        # threads (note_placed/note_released) and refreshes both rewrite.
+        self._index_lock = threading.Lock()
         self._refresh_gen = 0
         self.columns = HostColumns([])
         self.loaded = False
@@ -93,7 +96,8 @@ class HostManager:
         """host name -> number of the group's members placed there."""
         if not group_uuid:
             return {}
-        return dict(self._groups.get(group_uuid, {}))
+        with self._index_lock:
+            return dict(self._groups.get(group_uuid, {}))
 
     def instance_host(self, instance_uuid: str) -> HostState | None:
         node_id = self._instance_node.get(instance_uuid)
@@ -112,25 +116,31 @@ class HostManager:
             self._refresh_gen += 1
 
     def refresh_nodes(self, node_ids) -> None:
-        """Re-read specific nodes now (after a claim conflict)."""
-        with self.db.reader_connection() as conn:
+        """Re-read specific nodes now (after a claim conflict). Serialised with
+        ``refresh``: both rewrite the instance and group indexes."""
+        with self._refresh_lock, self.db.reader_connection() as conn:
             self._apply_node_rows(conn, queries.load_nodes(conn, node_ids), force=False)
 
     # -- instance / group index, kept in step with consume and release ----
     def note_placed(self, host: HostState, instance_uuid: str, group: str | None) -> None:
+        with self._index_lock:
+            self._place(host, instance_uuid, group)
+
+    def note_released(self, instance_uuid: str) -> None:
+        with self._index_lock:
+            node_id = self._instance_node.pop(instance_uuid, None)
+            host = self._hosts.get(node_id) if node_id is not None else None
+            if host is None:
+                return
+            group = host.instances.pop(instance_uuid, None)
+            if group:
+                self._uncount_group(group, host.host)
+
+    def _place(self, host: HostState, instance_uuid: str, group: str | None) -> None:
         host.instances[instance_uuid] = group
         self._instance_node[instance_uuid] = host.node_id
         if group:
             self._groups.setdefault(group, collections.Counter())[host.host] += 1
-
-    def note_released(self, instance_uuid: str) -> None:
-        node_id = self._instance_node.pop(instance_uuid, None)
-        host = self._hosts.get(node_id) if node_id is not None else None
-        if host is None:
-            return
-        group = host.instances.pop(instance_uuid, None)
-        if group:
-            self._uncount_group(group, host.host)
 
     # -- loading ------------------------------------------------------------
     def _full_load(self) -> None:
@@ -231,15 +241,15 @@ class HostManager:
         by_node = queries.instances_by_node(conn, node_ids)
         targets = self._hosts.values() if node_ids is None else \
             [self._hosts[i] for i in node_ids if i in self._hosts]
-        for hs in targets:
-            old = hs.instances
-            for inst, group in old.items():
-                if group:
-                    self._uncount_group(group, hs.host)
-                self._instance_node.pop(inst, None)
-            hs.instances = {}
-            for inst, group in by_node.get(hs.node_id, {}).items():
-                self.note_placed(hs, inst, group)
+        with self._index_lock:
+            for hs in targets:
+                for inst, group in hs.instances.items():
+                    if group:
+                        self._uncount_group(group, hs.host)
+                    self._instance_node.pop(inst, None)
+                hs.instances = {}
+                for inst, group in by_node.get(hs.node_id, {}).items():
+                    self._place(hs, inst, group)
 
     def _load_pools(self, conn, node_ids) -> None:
         from db import pci as db_pci
@@ -300,10 +310,11 @@ class HostManager:
         if hs is None:
             return
         hs.detach_columns()
-        for inst, group in hs.instances.items():
-            self._instance_node.pop(inst, None)
-            if group:
-                self._uncount_group(group, hs.host)
+        with self._index_lock:
+            for inst, group in hs.instances.items():
+                self._instance_node.pop(inst, None)
+                if group:
+                    self._uncount_group(group, hs.host)
 
     def _uncount_group(self, group: str, host: str) -> None:
         counter = self._groups.get(group)
