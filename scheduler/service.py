@@ -126,6 +126,7 @@ class SchedulerService:
         self._transport = transport
         self._own_transport = transport is None
         self._scheduler = scheduler
+        self._host_manager = None       # set when this service builds its own scheduler
         self._db = db
         self.server = None
         self.manager = None
@@ -140,7 +141,8 @@ class SchedulerService:
             from scheduler.filter_scheduler import FilterScheduler
             from scheduler.host_manager import HostManager
 
-            self._scheduler = FilterScheduler(HostManager(self._db, self.conf), self.conf)
+            self._host_manager = HostManager(self._db, self.conf)
+            self._scheduler = FilterScheduler(self._host_manager, self.conf)
         self.manager = SchedulerManager(self._db, self._scheduler, self.conf,
                                         backend=self.backend, worker=self.worker)
         if self._transport is None:
@@ -171,6 +173,8 @@ class SchedulerService:
             LOG.info("Scheduler worker %d drained", self.worker)
             if self._own_transport:
                 self._transport.cleanup()
+            if self._host_manager is not None:
+                self._host_manager.close()
             if self._db is not None:
                 self._db.dispose()
         else:

@@ -110,6 +110,7 @@ def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
     with tempfile.TemporaryDirectory(prefix="berth-sim-") as tmp, \
             config_overrides(conf, data.get("config")):
         db = Database(f"sqlite:///{os.path.join(tmp, 'sim.sqlite')}")
+        scheduler = None
         try:
             migration.db_sync(db)
             fleet_data = data["fleet"]
@@ -122,6 +123,8 @@ def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
                 raise ScenarioError("steps: expected a list")
             results = [runner.run_step(i, step) for i, step in enumerate(steps)]
         finally:
+            if scheduler is not None:
+                scheduler.host_manager.close()
             db.dispose()
     return ScenarioResult(description=data.get("description", ""), steps=results)
 

@@ -82,3 +82,26 @@ def test_concurrent_requests_share_one_refresh(sqlite_db, conf):  # noqa: F811
         t.join(10)
     # The seven that arrived during the first refresh waited for it and reused it.
     assert len(calls) == 1
+
+
+def test_refresh_survives_a_lost_database_connection(mariadb_db, conf, caplog):  # noqa: F811
+    import sqlalchemy as sa
+
+    from db import models
+
+    db_hosts.import_fleet(mariadb_db, fleet_mod.load_fleet(
+        {"hosts": [{"host": "h1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10}]}))
+    hm = HostManager(mariadb_db, conf)
+    hm.refresh()
+    victim = hm._conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+    hm._conn.commit()
+    with mariadb_db.writer_connection() as conn:
+        conn.exec_driver_sql(f"KILL {int(victim)}")
+        cn = models.ComputeNode.__table__
+        conn.execute(sa.update(cn).values(memory_mb=8192, generation=cn.c.generation + 1,
+                                          updated_at=models.utcnow()))
+    with caplog.at_level("WARNING", logger="scheduler.host_manager"):
+        hm.refresh()        # reconnects and reads the change
+    assert hm.hosts_named("h1")[0].memory_mb == 8192
+    assert "lost its database connection" in caplog.text
+    hm.close()
