@@ -15,12 +15,13 @@ is True when the host's aggregates name a zone besides ``availability_zone``
 """
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-_EPOCH = None
+_EPOCH = datetime.datetime(1970, 1, 1)
 
 
 class HostColumns:
@@ -78,7 +79,7 @@ class HostColumns:
         self.free_ram[i] = hs.free_ram_mb
         self.free_disk[i] = hs.free_disk_mb
         hb = hs.last_heartbeat
-        self.heartbeat[i] = np.inf if hb is None else _seconds(hb)
+        self.heartbeat[i] = np.inf if hb is None else seconds(hb)
         self.num_io_ops[i] = hs.num_io_ops
         self.num_instances[i] = hs.num_instances
         self.failed_builds[i] = hs.failed_builds
@@ -164,15 +165,6 @@ def _aggregate_min_row(hs, key: str, i: int, values: np.ndarray, present: np.nda
     values[i] = 0.0 if value is None else value
 
 
-def _seconds(dt) -> float:
-    """Seconds since the epoch of a naive UTC datetime."""
-    global _EPOCH
-    if _EPOCH is None:
-        import datetime
-
-        _EPOCH = datetime.datetime(1970, 1, 1)
+def seconds(dt: datetime.datetime) -> float:
+    """Seconds since the epoch of a naive UTC datetime (heartbeat columns)."""
     return (dt - _EPOCH).total_seconds()
-
-
-def seconds(dt) -> float:
-    return _seconds(dt)
