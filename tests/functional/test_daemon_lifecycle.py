@@ -8,7 +8,6 @@ import time
 import oslo_messaging
 import pytest
 
-from scheduler import exception
 from tests.functional.daemon import Daemon, small_fleet
 
 SMALL = {"flavor": {"vcpus": 1, "memory_mb": 1024, "root_gb": 5}}
@@ -65,10 +64,6 @@ def test_sigterm_during_load_loses_no_claim(make_daemon, backend, workers):
         while not stop.is_set():
             try:
                 sel = api.select_destinations(None, SMALL)[0][0]
-            except (oslo_messaging.MessagingTimeout, exception.NoValidHost) as e:
-                with lock:
-                    failed.append(e)
-                return
             except BaseException as e:
                 with lock:
                     failed.append(e)
@@ -89,5 +84,9 @@ def test_sigterm_during_load_loses_no_claim(make_daemon, backend, workers):
     # Whatever the clients heard back is in MariaDB, and nothing else is.
     assert set(d.allocations()) == set(replied)
     assert len(replied) == len(set(replied))
-    assert all(isinstance(e, oslo_messaging.MessagingTimeout) for e in failed), failed
+    # A request sent after the drain either times out (queue gone, no reply) or
+    # is refused by the broker (the auto-deleted test exchange went with the
+    # last queue); both mean "never delivered", never a wrong answer.
+    undelivered = (oslo_messaging.MessagingTimeout, oslo_messaging.MessageDeliveryFailure)
+    assert all(isinstance(e, undelivered) for e in failed), failed
     d.assert_consistent()
