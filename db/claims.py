@@ -111,7 +111,7 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
     from pci import errors as pci_errors
 
     try:
-        with db.writer_connection() as conn:
+        with db.hot_writer() as conn:
             params = {"b_id": rec.node_id, "b_seen": rec.seen_generation,
                       "b_vcpus": rec.vcpus, "b_memory": rec.memory_mb, "b_disk": rec.disk_mb,
                       "b_now": models.utcnow()}
@@ -145,47 +145,65 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                        pci_pools=pools)
 
 
+def _release_update(with_numa: bool):
+    """The UPDATE that gives an allocation's usage back, built once."""
+    values = {
+        "vcpus_used": _cn.c.vcpus_used - sa.bindparam("b_vcpus"),
+        "memory_mb_used": _cn.c.memory_mb_used - sa.bindparam("b_memory"),
+        "disk_mb_used": _cn.c.disk_mb_used - sa.bindparam("b_disk"),
+        "running_vms": _cn.c.running_vms - 1,
+        "current_workload": sa.case((_cn.c.current_workload > 0,
+                                     _cn.c.current_workload - 1), else_=0),
+        "generation": _cn.c.generation + 1,
+        "updated_at": sa.bindparam("b_now"),
+    }
+    if with_numa:
+        values["numa_topology"] = sa.bindparam("b_numa")
+    return sa.update(_cn).where(_cn.c.id == sa.bindparam("b_id")).values(**values)
+
+
+_RELEASE = _release_update(with_numa=False)
+_RELEASE_WITH_NUMA = _release_update(with_numa=True)
+_LOCK_ALLOCATION = (sa.select(_alloc).where(_alloc.c.instance_uuid == sa.bindparam("b_uuid"))
+                    .with_for_update())
+_LOCK_NODE = (sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology, _cn.c.generation)
+              .where(_cn.c.id == sa.bindparam("b_id")).with_for_update())
+_DELETE_ALLOCATION = sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id"))
+
+
 @retry_on_deadlock
 def release(db: Database, instance_uuid: str) -> Released | None:
     """Free an instance's allocation (usage, NUMA, devices); None if it has none."""
     from db import pci as db_pci
 
-    with db.writer_connection() as conn:
-        alloc = conn.execute(sa.select(_alloc).where(_alloc.c.instance_uuid == instance_uuid)
-                             .with_for_update()).mappings().first()
+    with db.hot_writer() as conn:
+        alloc = conn.execute(_LOCK_ALLOCATION, {"b_uuid": instance_uuid}).mappings().first()
         if alloc is None:
             return None
-        node = conn.execute(sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology,
-                                      _cn.c.generation)
-                            .where(_cn.c.id == alloc["compute_node_id"])
-                            .with_for_update()).mappings().one()
-        values = {
-            "vcpus_used": _cn.c.vcpus_used - alloc["vcpus"],
-            "memory_mb_used": _cn.c.memory_mb_used - alloc["memory_mb"],
-            "disk_mb_used": _cn.c.disk_mb_used - alloc["disk_mb"],
-            "running_vms": _cn.c.running_vms - 1,
-            "current_workload": sa.case((_cn.c.current_workload > 0,
-                                         _cn.c.current_workload - 1), else_=0),
-            "generation": _cn.c.generation + 1,
-            "updated_at": models.utcnow(),
-        }
+        node = conn.execute(_LOCK_NODE, {"b_id": alloc["compute_node_id"]}).mappings().one()
+        params = {"b_id": node["id"], "b_vcpus": alloc["vcpus"],
+                  "b_memory": alloc["memory_mb"], "b_disk": alloc["disk_mb"],
+                  "b_now": models.utcnow()}
+        numa_after = None
         if alloc["numa_cells"] and node["numa_topology"]:
-            values["numa_topology"] = _remove_numa_usage(node["numa_topology"],
-                                                         alloc["numa_cells"])
-        conn.execute(sa.update(_cn).where(_cn.c.id == node["id"]).values(**values))
+            numa_after = params["b_numa"] = _remove_numa_usage(node["numa_topology"],
+                                                               alloc["numa_cells"])
+            conn.execute(_RELEASE_WITH_NUMA, params)
+        else:
+            conn.execute(_RELEASE, params)
         addresses: tuple[str, ...] = ()
         pools = None
         if alloc["pci_devices"]:
             addresses = tuple(db_pci.release_devices(conn, instance_uuid))
             pools = db_pci.pools_for_nodes(conn, [node["id"]]).get(node["id"], ())
-        conn.execute(sa.delete(_alloc).where(_alloc.c.id == alloc["id"]))
+        conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
     return Released(instance_uuid=instance_uuid, node_id=node["id"], host=node["host"],
                     vcpus=alloc["vcpus"], memory_mb=alloc["memory_mb"],
                     disk_mb=alloc["disk_mb"], numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=alloc["request_spec"],
                     instance_group=alloc["instance_group"],
                     generation=node["generation"] + 1,
-                    numa_topology=values.get("numa_topology"), pci_pools=pools)
+                    numa_topology=numa_after, pci_pools=pools)
 
 
 def _remove_numa_usage(host_json: str, fitted_json: str) -> str:

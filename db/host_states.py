@@ -33,17 +33,24 @@ def load_nodes(conn: Connection, node_ids: Iterable[int] | None = None) -> list[
     return list(conn.execute(q).mappings())
 
 
+def _changes_query():
+    nodes = sa.select(_cn.c.id, _cn.c.generation, _cn.c.deleted, _cn.c.updated_at).where(
+        _cn.c.updated_at >= sa.bindparam("since"))
+    aggs = sa.select(sa.literal(-1), sa.func.count(_agg.c.id), sa.literal(0),
+                     sa.func.max(_agg.c.updated_at))
+    return sa.union_all(nodes, aggs)
+
+
+_CHANGES = _changes_query()     # built once: this runs on every request
+
+
 def changes_since(conn: Connection, since: datetime.datetime
                   ) -> tuple[list[tuple[int, int, int, datetime.datetime]], tuple]:
     """(id, generation, deleted, updated_at) of node rows touched at or after
     ``since``, and ``aggregates_version``, in one round trip. Narrow on purpose:
     the caller fetches full rows only for generations it has not seen yet."""
-    nodes = sa.select(_cn.c.id, _cn.c.generation, _cn.c.deleted, _cn.c.updated_at).where(
-        _cn.c.updated_at >= since)
-    aggs = sa.select(sa.literal(-1), sa.func.count(_agg.c.id), sa.literal(0),
-                     sa.func.max(_agg.c.updated_at))
     changed, version = [], (None, 0)
-    for row in conn.execute(sa.union_all(nodes, aggs)):
+    for row in conn.execute(_CHANGES, {"since": since}):
         if row[0] == -1:
             version = (row[3], row[1])
         else:

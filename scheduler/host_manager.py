@@ -78,7 +78,8 @@ class HostManager:
         self._last_sweep = 0.0
         self._heartbeat_since: datetime.datetime | None = None
         self._refresh_lock = threading.Lock()
-        self._conn: Connection | None = None
+        self._conn: Connection | None = None         # reads in one transaction
+        self._probe_conn: Connection | None = None   # the per-request probe, autocommit
         # Guards the instance -> node and group -> hosts indexes, which request
         # threads (note_placed/note_released) and refreshes both rewrite.
         self._index_lock = threading.Lock()
@@ -131,34 +132,59 @@ class HostManager:
             self._with_retry(load)
 
     def close(self) -> None:
-        """Close the refresh connection (the cache stays usable; the next
-        refresh opens a new one)."""
+        """Close the refresh connections (the cache stays usable; the next
+        refresh opens new ones)."""
         with self._refresh_lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
+            for attr in ("_conn", "_probe_conn"):
+                conn = getattr(self, attr)
+                setattr(self, attr, None)
+                if conn is not None:
+                    conn.close()
 
     @contextlib.contextmanager
     def _reader(self) -> Iterator[Connection]:
         """One transaction on this manager's own long-lived read connection.
 
-        The per-request refresh is a single small query; opening a connection
-        through the transaction factory (pool checkout and ping) cost more than
-        the query itself (~0.7 of ~1 ms on SQLite, ~0.5 on MariaDB). Callers
-        hold ``_refresh_lock``, so the connection is never shared; each block is
-        a new transaction, so each read sees a fresh snapshot.
+        Opening a connection through the transaction factory (pool checkout
+        and ping) cost more than the per-request query itself (~0.7 of ~1 ms
+        on SQLite, ~0.5 on MariaDB). Callers hold ``_refresh_lock``, so the
+        connection is never shared; each block is a new transaction, so each
+        read sees a fresh snapshot.
         """
-        conn = self._conn
-        if conn is None or conn.closed or conn.invalidated:
-            conn = self._conn = self.db.engine.connect()
-        try:
-            with conn.begin():
+        with self._kept("_conn", autocommit=False) as conn, conn.begin():
+            yield conn
+
+    @contextlib.contextmanager
+    def _probe(self) -> Iterator[Connection]:
+        """The per-request "what changed" query. On a database server it runs
+        on an autocommit connection: one statement, so no COMMIT round trip
+        to end it. (SQLite's commit costs no round trip, and oslo.db opens an
+        explicit transaction there that autocommit would leave open, pinning
+        an old snapshot, so SQLite keeps a transaction.) Anything the probe
+        finds is then read in one ``_reader`` transaction, whose snapshot is
+        at least as new as the probe's."""
+        if self.db.dialect == "sqlite":
+            with self._kept("_probe_conn", autocommit=False) as conn, conn.begin():
                 yield conn
+            return
+        with self._kept("_probe_conn", autocommit=True) as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _kept(self, attr: str, autocommit: bool) -> Iterator[Connection]:
+        conn = getattr(self, attr)
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self.db.engine.connect()
+            if autocommit:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            setattr(self, attr, conn)
+        try:
+            yield conn
         except Exception:
-            self._conn = None       # reconnect next time
+            setattr(self, attr, None)       # reconnect next time
             try:
                 conn.close()
-            except Exception:       # the connection may be gone already
+            except Exception:               # the connection may be gone already
                 pass
             raise
 
@@ -227,30 +253,33 @@ class HostManager:
             # after the newest seen are read (a handful, not a second's worth).
             since -= datetime.timedelta(seconds=overlap)
             self._last_sweep = now
-        with self._reader() as conn:
+        with self._probe() as conn:
             changed, agg_version = queries.changes_since(conn, since)
-            newest = self._since
-            stale, gone = [], []
-            for node_id, generation, deleted, updated_at in changed:
-                if updated_at > newest:
-                    newest = updated_at
-                if deleted:
-                    if node_id in self._hosts:
-                        gone.append(node_id)
-                    continue
-                hs = self._hosts.get(node_id)
-                if hs is None or generation > hs.generation:
-                    stale.append(node_id)
-            if stale:
-                self._apply_node_rows(conn, queries.load_nodes(conn, stale), force=False)
-            for node_id in gone:
-                self._drop(node_id)
-            if agg_version != self._agg_version:
-                self._reload_aggregates(conn)
-            elif stale:
-                self._assign_aggregates([self._hosts[i] for i in stale if i in self._hosts])
-            self._read_heartbeats(conn, full=False)
-            self._since = newest
+        newest = self._since
+        stale, gone = [], []
+        for node_id, generation, deleted, updated_at in changed:
+            if updated_at > newest:
+                newest = updated_at
+            if deleted:
+                if node_id in self._hosts:
+                    gone.append(node_id)
+                continue
+            hs = self._hosts.get(node_id)
+            if hs is None or generation > hs.generation:
+                stale.append(node_id)
+        new_aggregates = agg_version != self._agg_version
+        if stale or new_aggregates or self._heartbeats_due():
+            with self._reader() as conn:
+                if stale:
+                    self._apply_node_rows(conn, queries.load_nodes(conn, stale), force=False)
+                if new_aggregates:
+                    self._reload_aggregates(conn)
+                elif stale:
+                    self._assign_aggregates([self._hosts[i] for i in stale if i in self._hosts])
+                self._read_heartbeats(conn, full=False)
+        for node_id in gone:
+            self._drop(node_id)
+        self._since = newest
         if gone:
             self._reindex()
 
@@ -332,10 +361,13 @@ class HostManager:
             if aggs != hs.aggregates or hs.availability_zone is None:
                 hs.set_aggregates(aggs, default_az)
 
+    def _heartbeats_due(self) -> bool:
+        return time.monotonic() - self._heartbeat_read_at >= \
+            self.conf.scheduler.heartbeat_refresh_interval
+
     def _read_heartbeats(self, conn, full: bool) -> None:
         now = time.monotonic()
-        if not full and now - self._heartbeat_read_at < \
-                self.conf.scheduler.heartbeat_refresh_interval:
+        if not full and not self._heartbeats_due():
             return
         started = utcnow()
         since = None
