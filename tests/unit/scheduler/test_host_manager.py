@@ -84,7 +84,9 @@ def test_concurrent_requests_share_one_refresh(sqlite_db, conf):  # noqa: F811
     assert len(calls) == 1
 
 
-def test_refresh_survives_a_lost_database_connection(mariadb_db, conf, caplog):  # noqa: F811
+@pytest.mark.parametrize("which", ["_conn", "_probe_conn"])
+def test_refresh_survives_a_lost_database_connection(mariadb_db, conf, caplog,  # noqa: F811
+                                                     which):
     import sqlalchemy as sa
 
     from db import models
@@ -93,8 +95,13 @@ def test_refresh_survives_a_lost_database_connection(mariadb_db, conf, caplog): 
         {"hosts": [{"host": "h1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10}]}))
     hm = HostManager(mariadb_db, conf)
     hm.refresh()
-    victim = hm._conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
-    hm._conn.commit()
+    if which == "_probe_conn":
+        hm.refresh()            # the first refresh after the load opens the probe
+    victim_conn = getattr(hm, which)
+    assert victim_conn is not None
+    victim = victim_conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+    if victim_conn.in_transaction():
+        victim_conn.commit()
     with mariadb_db.writer_connection() as conn:
         conn.exec_driver_sql(f"KILL {int(victim)}")
         cn = models.ComputeNode.__table__
@@ -104,4 +111,25 @@ def test_refresh_survives_a_lost_database_connection(mariadb_db, conf, caplog): 
         hm.refresh()        # reconnects and reads the change
     assert hm.hosts_named("h1")[0].memory_mb == 8192
     assert "lost its database connection" in caplog.text
+    hm.close()
+
+
+def test_probe_sees_commits_made_after_it_last_ran(any_db, conf):  # noqa: F811
+    """The autocommit probe must not keep reading an old snapshot."""
+    import sqlalchemy as sa
+
+    from db import models
+
+    db_hosts.import_fleet(any_db, fleet_mod.load_fleet(
+        {"hosts": [{"host": "h1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10}]}))
+    hm = HostManager(any_db, conf)
+    cn = models.ComputeNode.__table__
+    for memory in (5000, 6000, 7000):
+        hm.refresh()
+        with any_db.writer_connection() as conn:
+            conn.execute(sa.update(cn).values(memory_mb=memory,
+                                              generation=cn.c.generation + 1,
+                                              updated_at=models.utcnow()))
+        hm.refresh()
+        assert hm.hosts_named("h1")[0].memory_mb == memory
     hm.close()

@@ -1,0 +1,100 @@
+"""Claims run on kept-open connections: reused, replaced when old, and a lost
+one costs a retry, never a claim."""
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from db import claims, models
+from db import hosts as db_hosts
+from scheduler import fleet as fleet_mod
+
+_cn = models.ComputeNode.__table__
+
+
+def _one_host(db) -> int:
+    db_hosts.import_fleet(db, fleet_mod.load_fleet(
+        {"hosts": [{"host": "h1", "vcpus": 8, "memory_mb": 8192, "local_gb": 100}]}))
+    with db.reader_connection() as conn:
+        return conn.execute(sa.select(_cn.c.id)).scalar_one()
+
+
+def _claim(db, node_id: int, uuid: str) -> claims.ClaimResult:
+    with db.reader_connection() as conn:
+        gen = conn.execute(sa.select(_cn.c.generation).where(_cn.c.id == node_id)).scalar_one()
+    return claims.claim(db, claims.ClaimRecord(instance_uuid=uuid, node_id=node_id,
+                                               seen_generation=gen, vcpus=1,
+                                               memory_mb=512, disk_mb=1024))
+
+
+def _uuid(i: int) -> str:
+    return f"00000000-0000-0000-0000-{i:012d}"
+
+
+def _usage(db, node_id: int) -> tuple[int, int]:
+    with db.reader_connection() as conn:
+        row = conn.execute(sa.select(_cn.c.vcpus_used, _cn.c.running_vms)
+                           .where(_cn.c.id == node_id)).one()
+    return tuple(row)
+
+
+def test_claims_reuse_one_kept_connection(any_db):
+    node = _one_host(any_db)
+    seen = set()
+    for i in range(5):
+        _claim(any_db, node, _uuid(i))
+        assert len(any_db._kept) == 1
+        seen.add(id(any_db._kept[0]))
+    assert len(seen) == 1
+    assert _usage(any_db, node) == (5, 5)
+
+
+def test_kept_connection_is_replaced_after_the_recycle_time(sqlite_db):
+    node = _one_host(sqlite_db)
+    _claim(sqlite_db, node, _uuid(1))
+    first = sqlite_db._kept[0]
+    first.info["berth_born"] -= sqlite_db._recycle + 1      # pretend it is old
+    _claim(sqlite_db, node, _uuid(2))
+    assert sqlite_db._kept[0] is not first
+    assert first.closed
+    assert _usage(sqlite_db, node) == (2, 2)
+
+
+def test_conflict_keeps_the_connection_and_changes_nothing(any_db):
+    node = _one_host(any_db)
+    _claim(any_db, node, _uuid(1))
+    kept = any_db._kept[0]
+    try:
+        claims.claim(any_db, claims.ClaimRecord(instance_uuid=_uuid(2), node_id=node,
+                                                seen_generation=-5, vcpus=1, memory_mb=1,
+                                                disk_mb=1))
+    except claims.ClaimConflict:
+        pass
+    else:
+        raise AssertionError("a stale generation must conflict")
+    assert any_db._kept[0] is kept and not kept.closed
+    assert _usage(any_db, node) == (1, 1)
+
+
+def test_claim_survives_a_killed_kept_connection(mariadb_db):
+    node = _one_host(mariadb_db)
+    _claim(mariadb_db, node, _uuid(1))
+    victim = mariadb_db._kept[0]
+    victim_id = victim.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+    victim.commit()
+    with mariadb_db.writer_connection() as conn:
+        conn.exec_driver_sql(f"KILL {int(victim_id)}")
+    _claim(mariadb_db, node, _uuid(2))          # retried on a new connection
+    assert _usage(mariadb_db, node) == (2, 2)
+    assert mariadb_db._kept[0] is not victim
+    with mariadb_db.reader_connection() as conn:
+        uuids = set(conn.execute(sa.select(models.Allocation.__table__.c.instance_uuid))
+                    .scalars())
+    assert uuids == {_uuid(1), _uuid(2)}
+
+
+def test_dispose_closes_kept_connections(sqlite_db):
+    node = _one_host(sqlite_db)
+    _claim(sqlite_db, node, _uuid(1))
+    kept = sqlite_db._kept[0]
+    sqlite_db.dispose()
+    assert kept.closed and not sqlite_db._kept
