@@ -22,15 +22,26 @@ _alloc = models.Allocation.__table__
 NODE_COLUMNS = [c for c in _cn.c if c.name not in ("created_at", "deleted_at")]
 
 
+_ALL_NODES = sa.select(*NODE_COLUMNS).where(_cn.c.deleted == 0)
+# Built once with an expanding IN: a refresh of a few changed nodes runs these
+# on every request that follows another scheduler's claim.
+_NODES_BY_ID = _ALL_NODES.where(_cn.c.id.in_(sa.bindparam("ids", expanding=True)))
+_IN_CHUNK = 500     # bound parameters per IN list, well under SQLite's limit
+
+
+def _chunks(values: list[int]):
+    for i in range(0, len(values), _IN_CHUNK):
+        yield values[i:i + _IN_CHUNK]
+
+
 def load_nodes(conn: Connection, node_ids: Iterable[int] | None = None) -> list[sa.RowMapping]:
     """Live compute_nodes rows (all, or the given ids)."""
-    q = sa.select(*NODE_COLUMNS).where(_cn.c.deleted == 0)
-    if node_ids is not None:
-        ids = list(node_ids)
-        if not ids:
-            return []
-        q = q.where(_cn.c.id.in_(ids))
-    return list(conn.execute(q).mappings())
+    if node_ids is None:
+        return list(conn.execute(_ALL_NODES).mappings())
+    out: list[sa.RowMapping] = []
+    for chunk in _chunks(list(node_ids)):
+        out.extend(conn.execute(_NODES_BY_ID, {"ids": chunk}).mappings())
+    return out
 
 
 def _changes_query():
@@ -98,16 +109,22 @@ def load_aggregates(conn: Connection) -> list[dict]:
     return list(aggs.values())
 
 
+_INSTANCES = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid,
+                       _alloc.c.instance_group)
+_INSTANCES_BY_NODE = _INSTANCES.where(
+    _alloc.c.compute_node_id.in_(sa.bindparam("ids", expanding=True)))
+
+
 def instances_by_node(conn: Connection, node_ids: Iterable[int] | None = None
                       ) -> dict[int, dict[str, str | None]]:
     """node id -> {instance_uuid: server group uuid or None} from allocations."""
-    q = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid, _alloc.c.instance_group)
-    if node_ids is not None:
-        ids = list(node_ids)
-        if not ids:
-            return {}
-        q = q.where(_alloc.c.compute_node_id.in_(ids))
+    if node_ids is None:
+        results = [conn.execute(_INSTANCES)]
+    else:
+        results = [conn.execute(_INSTANCES_BY_NODE, {"ids": chunk})
+                   for chunk in _chunks(list(node_ids))]
     out: dict[int, dict[str, str | None]] = {}
-    for node_id, inst, group in conn.execute(q):
-        out.setdefault(node_id, {})[inst] = group
+    for result in results:
+        for node_id, inst, group in result:
+            out.setdefault(node_id, {})[inst] = group
     return out

@@ -507,18 +507,23 @@ class FilterScheduler:
         n = len(rows)
         totals = np.zeros(n, dtype=np.float64)
         if n > 1:
+            buf = np.empty(n, dtype=np.float64)
             for w in self.weighers:
                 vec = w.weigh_vector(cols, spec, ctx)
                 if vec is None:
                     raw = np.fromiter((w.weigh(hosts[i], spec, ctx) for i in rows.tolist()),
                                       dtype=np.float64, count=n)
                 else:
-                    raw = vec[rows]
+                    raw = np.take(vec, rows, out=buf)
                 lo, hi = raw.min(), raw.max()
                 if hi == lo:
                     continue
-                norm = (raw - lo) / (hi - lo)
-                totals += self._multipliers(w, cols, rows) * norm
+                # In place, the same operations as (raw - lo) / (hi - lo) * multiplier
+                # in ``_weigh``, so the totals are equal to the last bit.
+                np.subtract(raw, lo, out=raw)
+                np.divide(raw, hi - lo, out=raw)
+                np.multiply(self._multipliers(w, cols, rows), raw, out=raw)
+                totals += raw
         keep = max(self.conf.filter_scheduler.host_subset_size,
                    self.conf.scheduler.max_attempts) + 8
         if n > 4 * keep:
@@ -538,6 +543,8 @@ class FilterScheduler:
         if not w.aggregate_multiplier_key:
             return base
         values, present = cols.aggregate_min(w.aggregate_multiplier_key)
+        if not present.any():
+            return base             # no aggregate overrides it (cheaper than gathering)
         present = present[rows]
         if not present.any():
             return base
