@@ -45,7 +45,10 @@ class BaseWeigher:
 
     def weigh_vector(self, cols, spec, ctx):
         """Optional fast path: raw weights of every ``cols`` row as a float64
-        numpy array (equal to ``weigh`` per host), or None to call ``weigh``."""
+        numpy array (equal to ``weigh`` per host; read, never written, by the
+        caller, so a column itself may be returned), a Python float when every
+        host weighs the same (such a weigher changes no order and is skipped),
+        or None to call ``weigh`` per host."""
         return None
 
 

@@ -41,10 +41,10 @@ def _members_on_host(host, spec, ctx, policy: str) -> int:
 
 def _members_vector(cols, spec, ctx, policy: str, sign: float):
     """``sign`` × the members of the request's ``policy`` group on each row's host."""
-    out = np.zeros(cols.n, dtype=np.float64)
     group = spec.instance_group
     if group is None or group.policy != policy:
-        return out
+        return 0.0                      # 0 everywhere
+    out = np.zeros(cols.n, dtype=np.float64)
     for host, members in ctx.group_hosts.items():
         if members:
             out[cols.index_by_host.get(host, [])] = sign * members

@@ -30,4 +30,4 @@ class DiskWeigher(BaseWeigher):
         return host.free_disk_mb
 
     def weigh_vector(self, cols, spec, ctx):
-        return cols.free_disk.copy()
+        return cols.free_disk

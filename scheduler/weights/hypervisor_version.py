@@ -29,4 +29,4 @@ class HypervisorVersionWeigher(BaseWeigher):
         return host.hypervisor_version or 0
 
     def weigh_vector(self, cols, spec, ctx):
-        return cols.hypervisor_version.copy()
+        return cols.hypervisor_version

@@ -29,4 +29,4 @@ class IoOpsWeigher(BaseWeigher):
         return host.num_io_ops
 
     def weigh_vector(self, cols, spec, ctx):
-        return cols.num_io_ops.copy()
+        return cols.num_io_ops

@@ -30,4 +30,4 @@ class NumInstancesWeigher(BaseWeigher):
         return host.num_instances
 
     def weigh_vector(self, cols, spec, ctx):
-        return cols.num_instances.copy()
+        return cols.num_instances

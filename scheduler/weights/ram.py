@@ -30,4 +30,4 @@ class RAMWeigher(BaseWeigher):
         return host.free_ram_mb
 
     def weigh_vector(self, cols, spec, ctx):
-        return cols.free_ram.copy()
+        return cols.free_ram

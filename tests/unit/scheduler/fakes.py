@@ -108,5 +108,7 @@ def weigh_vector(weigher, hosts: list[HostState], spec: RequestSpec,
     vec = weigher.weigh_vector(HostColumns(hosts), spec, context)
     if vec is None:
         return None
+    if isinstance(vec, float):          # "the same for every host"
+        vec = [vec] * len(hosts)
     assert list(vec) == [float(weigher.weigh(h, spec, context)) for h in hosts]
     return list(vec)

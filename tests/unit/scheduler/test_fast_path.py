@@ -199,6 +199,21 @@ def test_every_vector_form_matches_host_passes(sqlite_db, conf, seed):
                 assert list(vec) == want, flt.name
         for w in sched.weighers:
             vec = w.weigh_vector(cols, spec, ctx)
+            if isinstance(vec, float):      # "the same for every host"
+                vec = [vec] * len(hosts)
             if vec is not None:
                 assert list(vec) == [float(w.weigh(h, spec, ctx)) for h in hosts], w.name
     assert checked > 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_kth_largest_equals_a_full_partition(seed):
+    from scheduler.filter_scheduler import _kth_largest
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 5000))
+    # Ties on purpose (few distinct values) as well as continuous values.
+    values = rng.integers(0, 4, n).astype(np.float64) if seed % 2 else rng.random(n)
+    for k in (1, 5, 18, n // 4):
+        want = np.sort(values)[n - k]
+        assert _kth_largest(values.copy(), k) == want, (seed, k)
