@@ -21,6 +21,7 @@ options (log levels).
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -143,6 +144,7 @@ class SchedulerService:
 
             self._host_manager = HostManager(self._db, self.conf)
             self._scheduler = FilterScheduler(self._host_manager, self.conf)
+            self._preload()
         self.manager = SchedulerManager(self._db, self._scheduler, self.conf,
                                         backend=self.backend, worker=self.worker)
         if self._transport is None:
@@ -153,6 +155,26 @@ class SchedulerService:
         LOG.info("Scheduler worker %d (pid %d) serving topic %r as %r with the %s backend",
                  self.worker, os.getpid(), self.conf.scheduler.topic, self.conf.host,
                  self.backend)
+
+    def _preload(self) -> None:
+        """Load the host-state cache before taking requests, so that the first
+        request does not wait for it (about 1 s at 10,000 hosts, 10 s at
+        100,000). Then move the cache out of the cyclic garbage collector's
+        way: it lives as long as the process, and a full collection walking it
+        would stall every request (about 70 ms at 10,000 hosts, 400 ms at
+        100,000). If the database cannot be read yet, the first request loads
+        the cache instead."""
+        t0 = time.monotonic()
+        try:
+            self._host_manager.refresh()
+        except Exception as e:
+            LOG.warning("Scheduler worker %d could not load host states at start-up (%s); "
+                        "the first request will try again", self.worker, e)
+            return
+        gc.collect()
+        gc.freeze()
+        LOG.info("Scheduler worker %d loaded %d hosts in %.2f s", self.worker,
+                 len(self._host_manager.host_states()), time.monotonic() - t0)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop taking messages and wait for the ones in flight.
