@@ -215,6 +215,15 @@ class FilterScheduler:
             raise exception.InvalidRequest(field=f"pci.alias: {e.field}", reason=e.reason) \
                 from None
 
+    def warm_up(self) -> None:
+        """Load the host cache and build what the first request would otherwise
+        build: the weighers' aggregate-override columns."""
+        self.host_manager.refresh()
+        cols = self.host_manager.columns
+        for w in self.weighers:
+            if w.aggregate_multiplier_key:
+                cols.aggregate_min(w.aggregate_multiplier_key)
+
     def parse_request(self, data: Any) -> RequestSpec:
         """Validate a request payload with this scheduler's PCI aliases."""
         return RequestSpec.from_primitive(data, pci_aliases=self.pci_aliases)

@@ -166,7 +166,7 @@ class SchedulerService:
         the cache instead."""
         t0 = time.monotonic()
         try:
-            self._host_manager.refresh()
+            self._scheduler.warm_up()
         except Exception as e:
             LOG.warning("Scheduler worker %d could not load host states at start-up (%s); "
                         "the first request will try again", self.worker, e)
