@@ -482,7 +482,10 @@ class FilterScheduler:
             if not alive.any():
                 break
             once = flt.run_filter_once_per_request and index > 0 and flt.name in once_cache
-            vec = None if once or flt.is_noop(spec) else flt.filter_vector(cols, spec, ctx)
+            if not once and flt.is_noop(spec):
+                explanation.add(flt.name, [])   # passes every host: nothing to ask
+                continue
+            vec = None if once else flt.filter_vector(cols, spec, ctx)
             if vec is None:
                 failed = []
                 keep = once_cache.get(flt.name) if once else None
