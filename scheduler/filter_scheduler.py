@@ -531,6 +531,8 @@ class FilterScheduler:
                 elif isinstance(vec, float):
                     continue        # the same raw weight everywhere: normalises to 0
                 else:
+                    if vec.dtype != np.float64:         # e.g. a plugin's int column
+                        vec = vec.astype(np.float64)
                     # rows are valid indexes: 'clip' only skips the bounds checks.
                     raw = np.take(vec, rows, out=buf, mode="clip")
                 lo, hi = raw.min(), raw.max()

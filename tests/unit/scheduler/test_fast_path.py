@@ -217,3 +217,22 @@ def test_kth_largest_equals_a_full_partition(seed):
     for k in (1, 5, 18, n // 4):
         want = np.sort(values)[n - k]
         assert _kth_largest(values.copy(), k) == want, (seed, k)
+
+
+def test_plugin_weigher_with_an_integer_vector_weighs_the_same(sqlite_db, conf):
+    """weigh_vector should give float64; an int array (a plugin's) still works."""
+    rng = random.Random(7)
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(_fleet(rng, 30)))
+    sched = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    ram = next(w for w in sched.weighers if w.name == "RAMWeigher")
+    ram.weigh_vector = lambda cols, spec, ctx: cols.free_ram.astype(np.int64)
+    spec = sched.parse_request({"flavor": {"vcpus": 1, "memory_mb": 256, "root_gb": 1}})
+    hosts = sched.host_manager.host_states()
+    ctx = FilterContext(now=models.utcnow(), conf=conf, group_hosts={})
+    slow, _ = sched._filter(hosts, spec, ctx, {}, 0)
+    rows = sched._filter_fast(spec, ctx, {}, 0)
+    assert len(slow) > 1
+    w_fast = list(sched._weigh_fast(rows, spec, ctx))
+    w_slow = sched._weigh(slow, spec, ctx)
+    assert [h.node_id for _, h in w_fast] == [h.node_id for _, h in w_slow]
+    assert [w for w, _ in w_fast] == [w for w, _ in w_slow]
