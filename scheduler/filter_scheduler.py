@@ -528,7 +528,7 @@ class FilterScheduler:
                 if vec is None:
                     raw = np.fromiter((w.weigh(hosts[i], spec, ctx) for i in rows.tolist()),
                                       dtype=np.float64, count=n)
-                elif isinstance(vec, float):
+                elif isinstance(vec, int | float):
                     continue        # the same raw weight everywhere: normalises to 0
                 else:
                     if vec.dtype != np.float64:         # e.g. a plugin's int column

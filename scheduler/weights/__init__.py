@@ -46,7 +46,7 @@ class BaseWeigher:
     def weigh_vector(self, cols, spec, ctx):
         """Optional fast path: raw weights of every ``cols`` row as a float64
         numpy array (equal to ``weigh`` per host; read, never written, by the
-        caller, so a column itself may be returned), a Python float when every
+        caller, so a column itself may be returned), a number when every
         host weighs the same (such a weigher changes no order and is skipped),
         or None to call ``weigh`` per host."""
         return None
