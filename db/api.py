@@ -13,7 +13,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from oslo_config import cfg
 from oslo_db import api as oslo_db_api
@@ -52,6 +52,26 @@ set_defaults(cfg.CONF)
 def list_opts():
     """Options of the ``berth.db`` namespace (oslo-config-generator)."""
     return [("DEFAULT", state_opts)]
+
+
+#: Bound parameters per IN list: well under SQLite's and MySQL's limits.
+IN_CHUNK = 500
+
+
+def chunks(values: Sequence, size: int | None = None) -> Iterator[Sequence]:
+    """``values`` in slices of at most ``size`` (default ``IN_CHUNK``, read at
+    call time) for IN lists."""
+    size = size or IN_CHUNK
+    for i in range(0, len(values), size):
+        yield values[i:i + size]
+
+
+def close_quietly(conn: Connection) -> None:
+    """Close a connection that may already be gone."""
+    try:
+        conn.close()
+    except Exception:       # the connection may be gone already
+        pass
 
 
 retry_on_deadlock = oslo_db_api.wrap_db_retry(
@@ -155,11 +175,11 @@ class Database:
                 with conn.begin():
                     yield conn
             except (sa_exc.SQLAlchemyError, db_exc.DBError):
-                self._close_quietly(conn)
+                close_quietly(conn)
                 raise
             except BaseException:
                 if conn.invalidated or conn.closed:
-                    self._close_quietly(conn)
+                    close_quietly(conn)
                 else:
                     self._give_back(conn)
                 raise
@@ -175,7 +195,7 @@ class Database:
             if now - conn.info.get("berth_born", now) < self._recycle \
                     and not (conn.closed or conn.invalidated):
                 return conn
-            self._close_quietly(conn)
+            close_quietly(conn)
         conn = self.engine.connect()
         conn.info["berth_born"] = now
         return conn
@@ -184,14 +204,7 @@ class Database:
         if len(self._kept) < self.KEPT_IDLE:
             self._kept.append(conn)
         else:
-            self._close_quietly(conn)
-
-    @staticmethod
-    def _close_quietly(conn: Connection) -> None:
-        try:
-            conn.close()
-        except Exception:       # the connection may be gone already
-            pass
+            close_quietly(conn)
 
     @contextlib.contextmanager
     def reader_connection(self) -> Iterator[Connection]:
@@ -208,5 +221,5 @@ class Database:
 
     def dispose(self) -> None:
         while self._kept:
-            self._close_quietly(self._kept.pop())
+            close_quietly(self._kept.pop())
         self._tc.dispose_pool()

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from db import models
+from db.api import chunks
 
 _cn = models.ComputeNode.__table__
 _svc = models.Service.__table__
@@ -26,12 +27,6 @@ _ALL_NODES = sa.select(*NODE_COLUMNS).where(_cn.c.deleted == 0)
 # Built once with an expanding IN: a refresh of a few changed nodes runs these
 # on every request that follows another scheduler's claim.
 _NODES_BY_ID = _ALL_NODES.where(_cn.c.id.in_(sa.bindparam("ids", expanding=True)))
-_IN_CHUNK = 500     # bound parameters per IN list, well under SQLite's limit
-
-
-def _chunks(values: list[int]):
-    for i in range(0, len(values), _IN_CHUNK):
-        yield values[i:i + _IN_CHUNK]
 
 
 def load_nodes(conn: Connection, node_ids: Iterable[int] | None = None) -> list[sa.RowMapping]:
@@ -39,7 +34,7 @@ def load_nodes(conn: Connection, node_ids: Iterable[int] | None = None) -> list[
     if node_ids is None:
         return list(conn.execute(_ALL_NODES).mappings())
     out: list[sa.RowMapping] = []
-    for chunk in _chunks(list(node_ids)):
+    for chunk in chunks(list(node_ids)):
         out.extend(conn.execute(_NODES_BY_ID, {"ids": chunk}).mappings())
     return out
 
@@ -122,7 +117,7 @@ def instances_by_node(conn: Connection, node_ids: Iterable[int] | None = None
         results = [conn.execute(_INSTANCES)]
     else:
         results = [conn.execute(_INSTANCES_BY_NODE, {"ids": chunk})
-                   for chunk in _chunks(list(node_ids))]
+                   for chunk in chunks(list(node_ids))]
     out: dict[int, dict[str, str | None]] = {}
     for result in results:
         for node_id, inst, group in result:

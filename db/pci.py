@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from db import models
+from db.api import chunks
 from pci.device import (
     AVAILABLE,
     CLAIMED,
@@ -48,14 +49,6 @@ _POOL_COLUMNS = (_t.c.vendor_id, _t.c.product_id, _t.c.dev_type, _t.c.numa_node,
 _DEVICE_COLUMNS = (_t.c.id, _t.c.address, _t.c.vendor_id, _t.c.product_id, _t.c.dev_type,
                    _t.c.parent_addr, _t.c.numa_node, _t.c.physical_network, _t.c.status,
                    _t.c.instance_uuid, _t.c.request_id)
-# Bound parameters per IN list: well under SQLite's and MySQL's limits.
-_IN_CHUNK = 500
-
-
-def _chunks(values: Sequence[int], size: int = _IN_CHUNK):
-    for i in range(0, len(values), size):
-        yield values[i:i + size]
-
 
 def _pools_query(per_node: bool):
     group = (_t.c.compute_node_id, *_POOL_COLUMNS)
@@ -91,7 +84,7 @@ def pools_for_nodes(conn: Conn, node_ids: Iterable[int] | None = None,
         ids = sorted(set(node_ids))
         result = {node_id: [] for node_id in ids}
         rows = []
-        for chunk in _chunks(ids):
+        for chunk in chunks(ids):
             rows.extend(conn.execute(_POOLS_BY_NODE, {"ids": chunk}))
 
     # Equal keys and equal (key, count) pools are shared objects: fewer objects

@@ -85,7 +85,18 @@ class TestPools:
         assert by_id[other] == () and len(by_id[node_id]) == 5
 
     def test_many_nodes_in_chunks(self, any_db, monkeypatch):
-        monkeypatch.setattr(db_pci, "_IN_CHUNK", 2)
+        from db import api as db_api
+
+        monkeypatch.setattr(db_api, "IN_CHUNK", 2)
+        sizes = []
+        real_chunks = db_api.chunks
+
+        def recording(values):
+            for chunk in real_chunks(values):
+                sizes.append(len(chunk))
+                yield chunk
+
+        monkeypatch.setattr(db_pci, "chunks", recording)
         ids = [add_node(any_db, f"c{i}") for i in range(5)]
         with any_db.writer() as s:
             for i, node_id in enumerate(ids):
@@ -94,6 +105,7 @@ class TestPools:
             pools = db_pci.pools_for_nodes(s, ids)
             assert pools == db_pci.pools_for_nodes(s)
         assert [sum(p.count for p in pools[i]) for i in ids] == [1, 2, 3, 4, 5]
+        assert sizes == [2, 2, 1]       # five ids: three IN lists of at most two
         # Equal keys are one object shared by every node.
         shared = {p.key: p.key for p in pools[ids[4]]}
         assert all(p.key is shared[p.key] for i in ids for p in pools[i])
