@@ -24,7 +24,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from db import host_states as queries
-from db.api import Database
+from db.api import Database, close_quietly
 from db.models import utcnow
 from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, HostState
@@ -160,11 +160,11 @@ class HostManager:
         on an autocommit connection: one statement, so no COMMIT round trip
         to end it. (SQLite's commit costs no round trip, and oslo.db opens an
         explicit transaction there that autocommit would leave open, pinning
-        an old snapshot, so SQLite keeps a transaction.) Anything the probe
-        finds is then read in one ``_reader`` transaction, whose snapshot is
-        at least as new as the probe's."""
+        an old snapshot, so on SQLite the probe is a ``_reader`` transaction.)
+        Anything the probe finds is then read in one ``_reader`` transaction,
+        whose snapshot is at least as new as the probe's."""
         if self.db.dialect == "sqlite":
-            with self._kept("_probe_conn", autocommit=False) as conn, conn.begin():
+            with self._reader() as conn:
                 yield conn
             return
         with self._kept("_probe_conn", autocommit=True) as conn:
@@ -182,10 +182,7 @@ class HostManager:
             yield conn
         except Exception:
             setattr(self, attr, None)       # reconnect next time
-            try:
-                conn.close()
-            except Exception:               # the connection may be gone already
-                pass
+            close_quietly(conn)
             raise
 
     def _with_retry(self, fn) -> None:

@@ -174,7 +174,7 @@ class SchedulerService:
         gc.collect()
         gc.freeze()
         LOG.info("Scheduler worker %d loaded %d hosts in %.2f s", self.worker,
-                 len(self._host_manager.host_states()), time.monotonic() - t0)
+                 self._host_manager.columns.n, time.monotonic() - t0)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop taking messages and wait for the ones in flight.
