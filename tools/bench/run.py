@@ -609,6 +609,19 @@ def _measure_clients(api, clients: int, requests: int, budget_s: float
     return latencies, wall, errors[0]
 
 
+@contextlib.contextmanager
+def _gc_frozen() -> Iterator[None]:
+    """The e2e clients share this process with the generated fleet (hundreds of
+    thousands of objects) that a compute API would not hold: keep the cyclic
+    GC from walking it while they are measured."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def bench_e2e(url: str, size: int, backend: str, res: Results, plugins: Plugins,
               workdir: str, requests: int, budget_s: float,
               worker_counts: tuple[int, ...], concurrency: str = "eventlet") -> None:
@@ -616,21 +629,6 @@ def bench_e2e(url: str, size: int, backend: str, res: Results, plugins: Plugins,
     Rows for the threading backend are named ``e2e threading ...``."""
     tag = "" if concurrency == "eventlet" else f"{concurrency} "
     key = "e2e" if concurrency == "eventlet" else f"e2e.{concurrency}"
-    # The clients share this process with the generated fleet (hundreds of
-    # thousands of objects): keep the cyclic GC from walking it in the middle
-    # of the measurement, which stalled every client thread at once (a compute
-    # API does not hold a fleet). The daemon does the same with its cache.
-    gc.collect()
-    gc.freeze()
-    try:
-        _bench_e2e_workers(url, size, backend, res, plugins, workdir, requests, budget_s,
-                           worker_counts, concurrency, tag, key)
-    finally:
-        gc.unfreeze()
-
-
-def _bench_e2e_workers(url, size, backend, res, plugins, workdir, requests, budget_s,
-                       worker_counts, concurrency, tag, key) -> None:
     for workers in worker_counts:
         try:
             with running_daemon(url, workers, plugins, workdir, 60 + size / 500,
@@ -791,9 +789,10 @@ def main(argv: list[str] | None = None) -> int:
                 if backend == daemon_backend and not e2e_skip:
                     bdb.db.dispose()
                     if size == e2e_size:
-                        for concurrency in args.e2e_concurrency.split(","):
-                            bench_e2e(bdb.url, size, backend, res, plugins, workdir,
-                                      e2e_requests, e2e_budget, (1, 2), concurrency)
+                        with _gc_frozen():
+                            for concurrency in args.e2e_concurrency.split(","):
+                                bench_e2e(bdb.url, size, backend, res, plugins, workdir,
+                                          e2e_requests, e2e_budget, (1, 2), concurrency)
                     elif not args.no_rss and not quick:
                         bench_rss_only(bdb.url, size, backend, res, plugins, workdir)
             finally:
