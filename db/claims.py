@@ -6,6 +6,11 @@
 claims PCI device rows (``WHERE status = 'available'``). Any conflict raises
 ``ClaimConflict`` and the whole transaction rolls back: many schedulers can
 never over-commit a node, nor both take its last device.
+
+A member of a server group with a hard policy (``affinity``, ``anti-affinity``
+with ``max_server_per_host``) is checked against the group's members in the
+same transaction, after taking the group's row lock (``server_groups``), so
+schedulers with stale caches can never break the policy either.
 """
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ from db.api import Database, retry_on_deadlock
 
 _cn = models.ComputeNode.__table__
 _alloc = models.Allocation.__table__
+_groups = models.ServerGroup.__table__
+
+HARD_POLICIES = ("affinity", "anti-affinity")
 
 
 class ClaimConflict(Exception):
@@ -28,6 +36,11 @@ class ClaimConflict(Exception):
 
 class DuplicateAllocation(Exception):
     """The instance already holds an allocation."""
+
+
+class GroupPolicyConflict(ClaimConflict):
+    """The claim would break its server group's hard policy: another scheduler
+    placed members the caller's cache does not show yet."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +58,9 @@ class ClaimRecord:
     user_id: str | None = None
     instance_group: str | None = None
     request_spec: str | None = None
+    group_policy: str | None = None       # enforced when affinity or anti-affinity
+    group_max_per_host: int = 1           # anti-affinity: members per host at most
+    host: str = ""                        # the node's host name (group policies)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +138,8 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 res = conn.execute(_CLAIM, params)
             if res.rowcount != 1:
                 raise ClaimConflict(f"node {rec.node_id} changed or is full")
+            if rec.instance_group and rec.group_policy in HARD_POLICIES:
+                _check_group(conn, rec)
             addresses: tuple[str, ...] = ()
             pools = None
             if rec.pci_picks:
@@ -143,6 +161,58 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
                        pci_pools=pools)
+
+
+_GROUP_TOUCH = (sa.update(_groups).where(_groups.c.uuid == sa.bindparam("b_group"))
+                .values(generation=_groups.c.generation + 1))
+_GROUP_INSERT = sa.insert(_groups)
+_GROUP_ON_HOST = (sa.select(sa.func.count()).select_from(
+    _alloc.join(_cn, _cn.c.id == _alloc.c.compute_node_id))
+    .where(_alloc.c.instance_group == sa.bindparam("b_group"),
+           _cn.c.host == sa.bindparam("b_host")))
+_GROUP_ELSEWHERE = (sa.select(_cn.c.host).select_from(
+    _alloc.join(_cn, _cn.c.id == _alloc.c.compute_node_id))
+    .where(_alloc.c.instance_group == sa.bindparam("b_group"),
+           _cn.c.host != sa.bindparam("b_host")).limit(1))
+
+
+def _lock_group(conn, group: str) -> None:
+    """Take the group's row lock for the rest of the transaction (creating the
+    row on first use; a concurrent first use waits, then takes it)."""
+    params = {"b_group": group}
+    if conn.execute(_GROUP_TOUCH, params).rowcount:
+        return
+    try:
+        with conn.begin_nested():
+            conn.execute(_GROUP_INSERT, {"uuid": group, "generation": 0})
+    except db_exc.DBDuplicateEntry:
+        conn.execute(_GROUP_TOUCH, params)
+
+
+def _check_group(conn, rec: ClaimRecord) -> None:
+    """Refuse the claim when it would break the group's hard policy. Runs after
+    the group lock, so the members read here are every committed member."""
+    _lock_group(conn, rec.instance_group)
+    params = {"b_group": rec.instance_group, "b_host": rec.host}
+    if rec.group_policy == "anti-affinity":
+        members = conn.execute(_GROUP_ON_HOST, params).scalar_one()
+        if members >= rec.group_max_per_host:
+            raise GroupPolicyConflict(
+                f"anti-affinity group {rec.instance_group} already has {members} "
+                f"member(s) on {rec.host}")
+    else:
+        elsewhere = conn.execute(_GROUP_ELSEWHERE, params).scalar()
+        if elsewhere is not None:
+            raise GroupPolicyConflict(
+                f"affinity group {rec.instance_group} has members on {elsewhere}")
+
+
+def group_member_nodes(db: Database, group: str) -> list[int]:
+    """The node ids holding members of ``group``."""
+    with db.reader_connection() as conn:
+        return [row[0] for row in conn.execute(
+            sa.select(_alloc.c.compute_node_id).distinct()
+            .where(_alloc.c.instance_group == group))]
 
 
 def _release_update(with_numa: bool):

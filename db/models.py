@@ -217,3 +217,13 @@ class Allocation(Base):
     request_spec: Mapped[str | None] = mapped_column(JsonText)
     created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
                                                           nullable=False)
+
+
+class ServerGroup(Base):
+    """One row per server group with a hard policy: the lock a claim takes so that
+    the group's policy check and the new member are one step, across schedulers."""
+
+    __tablename__ = "server_groups"
+
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0)

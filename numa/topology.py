@@ -229,6 +229,14 @@ class HostTopology:
 
     cells: tuple[HostCell, ...]
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        # Topologies key the scheduler's caches: hash the cells once per value.
+        return hash(self.cells)
+
     def cell(self, cell_id: int) -> HostCell | None:
         for cell in self.cells:
             if cell.id == cell_id:

@@ -66,3 +66,16 @@ class Conflict(BerthError):
     def __init__(self, message: str | None = None, *, reason: str = "") -> None:
         super().__init__(message, reason=reason)
         self.reason = reason
+
+
+class PluginError(BerthError):
+    """A filter or weigher broke the plugin contract (e.g. a reason that is not a
+    non-empty string); the request fails and nothing is claimed."""
+
+    msg_fmt = "Plugin %(plugin)s: %(reason)s"
+
+    def __init__(self, message: str | None = None, *, plugin: str = "",
+                 reason: str = "") -> None:
+        super().__init__(message, plugin=plugin, reason=reason)
+        self.plugin = plugin
+        self.reason = reason

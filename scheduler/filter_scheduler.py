@@ -1,19 +1,20 @@
-"""FilterScheduler: filter, weigh, pick, then check-and-consume with a persisted claim.
+"""FilterScheduler: choose hosts for a request, then check, claim and consume.
 
-For each instance of a request (seed 001): take the cached host states, run the
-enabled filters in their configured order (remembering why each host was
-removed), weigh the survivors, pick at random among the best
-``host_subset_size``, and consume the request on that host under its lock,
-writing the claim in one generation-guarded transaction (DESIGN §4). A claim
-conflict re-reads that one host, re-checks it and otherwise moves on to the
-next candidate. A multi-instance request is all-or-nothing.
+For each instance of a request (seed 001): a :class:`scheduler.cycle.Cycle`
+over one snapshot of the cached hosts filters them (remembering why each host
+was removed) and weighs the survivors; a host is picked at random among the
+best ``host_subset_size``, re-checked under its lock with a fresh view of the
+world (group members included) and consumed: the claim is written in one
+generation-guarded transaction that also enforces hard group policies
+(DESIGN §4). A claim conflict re-reads that one host and checks it again,
+otherwise the next candidate is tried. A multi-instance request is
+all-or-nothing; a dry run claims nothing and shows each instance the
+earlier ones on a private copy of the columns.
 """
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
-import functools
 import json
 import random
 import time
@@ -21,21 +22,26 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from oslo_config import cfg
 from oslo_log import log as logging
-from stevedore import named
 
 from db import claims
 from db.models import utcnow
+from scheduler import cycle as cycles
 from scheduler import exception
-from scheduler.filters import FILTER_NAMESPACE, BaseHostFilter, FilterContext
+from scheduler.explanation import Explanation
+from scheduler.filters import FILTER_NAMESPACE
 from scheduler.host_manager import HostManager
-from scheduler.host_state import Consumed, ConsumeRefused, HostState
+from scheduler.host_state import Consumed, HostState
+from scheduler.plugins import RequestContext, load_plugins
 from scheduler.request_spec import RequestSpec
-from scheduler.weights import WEIGHER_NAMESPACE, BaseWeigher, normalize
+from scheduler.selection import Selection
+from scheduler.weights import WEIGHER_NAMESPACE
 
 LOG = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_FILTERS", "DEFAULT_WEIGHERS", "FilterScheduler", "Selection",
+           "load_filters", "load_weighers"]
 
 DEFAULT_FILTERS = [
     "ComputeFilter", "AvailabilityZoneFilter", "RamFilter", "CoreFilter", "DiskFilter",
@@ -70,7 +76,10 @@ scheduler_opts = [
                     "chosen one plus up to max_attempts - 1 alternates."),
     cfg.IntOpt("claim_retries", default=1, min=0,
                help="How many times a claim that lost a race re-reads the host and "
-                    "tries it again before moving to the next candidate."),
+                    "tries it again before moving to the next candidate; also how "
+                    "many times an instance is placed again from scratch when its "
+                    "server group changed under it (another scheduler placed "
+                    "members this one had not seen yet)."),
 ]
 pci_opts = [
     cfg.MultiStrOpt("alias", default=[],
@@ -88,118 +97,54 @@ LIST_OPTS = [("filter_scheduler", filter_scheduler_opts), ("scheduler", schedule
              ("pci", pci_opts)]
 
 
-@dataclasses.dataclass(frozen=True)
-class Selection:
-    """One answer for one instance: a chosen host or an alternate."""
-
-    instance_uuid: str
-    host: str
-    node: str
-    node_uuid: str
-    weight: float
-    allocation: Mapping[str, int]
-    numa_cells: Any = None
-    pci_devices: tuple[str, ...] = ()
-    alternate: bool = False
-
-    def to_primitive(self) -> dict:
-        return {"instance_uuid": self.instance_uuid, "host": self.host, "node": self.node,
-                "node_uuid": self.node_uuid, "weight": self.weight,
-                "allocation": dict(self.allocation), "numa_cells": self.numa_cells,
-                "pci_devices": list(self.pci_devices), "alternate": self.alternate}
-
-    @classmethod
-    def from_primitive(cls, data: Mapping) -> Selection:
-        return cls(instance_uuid=data["instance_uuid"], host=data["host"], node=data["node"],
-                   node_uuid=data["node_uuid"], weight=data["weight"],
-                   allocation=dict(data["allocation"]), numa_cells=data.get("numa_cells"),
-                   pci_devices=tuple(data.get("pci_devices") or ()),
-                   alternate=bool(data.get("alternate")))
+def load_filters(names: Sequence[str], conf) -> list:
+    return load_plugins(FILTER_NAMESPACE, names, conf, "enabled_filters")
 
 
-class _Explanation:
-    """Per filter: how many hosts it removed and why (grouped by reason text)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.removed: dict[str, collections.Counter] = {}
-
-    def add(self, filter_name: str, failed: Sequence[tuple[HostState, str]]) -> None:
-        if failed:
-            counter = self.removed.setdefault(filter_name, collections.Counter())
-            for _, reason in failed:
-                counter[reason] += 1
-
-    def add_count(self, filter_name: str, reason: str, count: int) -> None:
-        if count:
-            self.removed.setdefault(filter_name, collections.Counter())[reason] += count
-
-    def summary(self, available: int) -> dict:
-        return {"hosts": self.total, "available": available,
-                "filters": [{"filter": name, "removed": sum(c.values()),
-                             "reasons": dict(c.most_common())}
-                            for name, c in self.removed.items()]}
-
-    @staticmethod
-    def text(summary: Mapping) -> str:
-        parts = []
-        for f in summary["filters"]:
-            reasons = f["reasons"]
-            if len(reasons) == 1:
-                detail = next(iter(reasons))
-            else:
-                detail = ", ".join(f"{n} {r}" for r, n in reasons.items())
-            parts.append(f"{f['removed']} {f['filter']} ({detail})")
-        head = f"{summary['available']}/{summary['hosts']} hosts available"
-        return head + (": " + ", ".join(parts) if parts else "")
+def load_weighers(names: Sequence[str], conf) -> list:
+    return load_plugins(WEIGHER_NAMESPACE, names, conf, "weight_classes")
 
 
-def load_filters(names: Sequence[str], conf) -> list[BaseHostFilter]:
-    return _load(FILTER_NAMESPACE, names, conf, "enabled_filters")
+class _GroupChanged(Exception):
+    """The claim found group members the cache did not show: place the instance
+    again with fresh group counts."""
 
 
-def load_weighers(names: Sequence[str], conf) -> list[BaseWeigher]:
-    return _load(WEIGHER_NAMESPACE, names, conf, "weight_classes")
+@dataclasses.dataclass
+class _Request:
+    """What one ``select_destinations`` call carries from instance to instance."""
 
-
-def _load(namespace: str, names: Sequence[str], conf, option: str) -> list:
-    """Instantiate the named plugins, in the given order; unknown names fail."""
-    missing: list[str] = []
-
-    def _load_failed(manager, entrypoint, error):
-        raise exception.InvalidRequest(
-            field=f"filter_scheduler.{option}",
-            reason=f"plugin {entrypoint.name} failed to load: {error}")
-
-    mgr = named.NamedExtensionManager(
-        namespace, names=list(names), invoke_on_load=False, name_order=True,
-        on_missing_entrypoints_callback=missing.extend,
-        on_load_failure_callback=_load_failed)
-    if missing:
-        known = sorted(ep.name for ep in mgr.list_entry_points())
-        hint = f"; known: {', '.join(known)}" if known else ""
-        raise exception.InvalidRequest(
-            field=f"filter_scheduler.{option}",
-            reason=f"unknown plugin(s) {', '.join(sorted(missing))}{hint}")
-    return [ext.plugin(conf) for ext in mgr]
+    spec: RequestSpec
+    cycle: cycles.Cycle
+    dry_run: bool
+    group: str | None
+    #: Members placed by this request that the cache does not count (dry runs).
+    local_group: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 class FilterScheduler:
     """Chooses hosts for requests and holds what it handed out."""
 
-    def __init__(self, host_manager: HostManager, conf: cfg.ConfigOpts = cfg.CONF) -> None:
+    def __init__(self, host_manager: HostManager, conf: cfg.ConfigOpts = cfg.CONF, *,
+                 filters: Sequence | None = None, weighers: Sequence | None = None) -> None:
+        """``filters``/``weighers``: plugin instances to use instead of the
+        configured ``enabled_filters``/``weight_classes`` (embedding, tests)."""
         self.host_manager = host_manager
         self.db = host_manager.db
         self.conf = conf
         fs = conf.filter_scheduler
-        self.filters = load_filters(fs.enabled_filters, conf)
-        self.weighers = load_weighers(fs.weight_classes, conf)
+        self.filters = list(filters) if filters is not None else \
+            load_filters(fs.enabled_filters, conf)
+        self.weighers = list(weighers) if weighers is not None else \
+            load_weighers(fs.weight_classes, conf)
+        self.steps = cycles.plan(self.filters)
+        for step in self.steps:
+            if step.kind == cycles.CLASSES:
+                host_manager.register_class(step.name, step.flt.class_key)
         self.pci_aliases = self._parse_aliases(conf.pci.alias)
-        #: Evaluate filters and weighers on numpy columns where they allow it.
-        #: The straightforward per-host path gives the same answers (tested).
-        self.fast_path = True
         if not host_manager.load_pci_pools:
-            host_manager.load_pci_pools = "PciPassthroughFilter" in fs.enabled_filters
+            host_manager.load_pci_pools = any(f.name == "PciPassthroughFilter"
+                                              for f in self.filters)
         self._rng = random.Random()
 
     @staticmethod
@@ -217,9 +162,12 @@ class FilterScheduler:
 
     def warm_up(self) -> None:
         """Load the host cache and build what the first request would otherwise
-        build: the weighers' aggregate-override columns."""
+        build: the class columns and the weighers' aggregate-override columns."""
         self.host_manager.refresh()
         cols = self.host_manager.columns
+        for step in self.steps:
+            if step.kind == cycles.CLASSES:
+                cols.class_codes(step.name)
         for w in self.weighers:
             if w.aggregate_multiplier_key:
                 cols.aggregate_min(w.aggregate_multiplier_key)
@@ -239,56 +187,29 @@ class FilterScheduler:
         """
         t0 = time.monotonic()
         uuids = self._instance_uuids(spec, instance_uuids)
-        # An instance that already holds an allocation is refused by the claim
-        # itself (unique instance_uuid): InvalidRequest, and earlier claims of
-        # this request are undone.
-        hosts = self.host_manager.host_states()
+        self.host_manager.refresh()
+        keep = max(self.conf.filter_scheduler.host_subset_size,
+                   self.conf.scheduler.max_attempts) + 8
+        group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
+        req = _Request(spec=spec, dry_run=dry_run, group=group,
+                       cycle=cycles.Cycle(self.steps, self.weighers,
+                                          self.host_manager.columns, keep))
         results: list[list[Selection]] = []
         claimed: list[str] = []
-        overlay: dict[int, HostState] = {}
-        once_cache: dict[str, set[int]] = {}
-        group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
-        local_group: collections.Counter = collections.Counter()
         try:
             for index, instance_uuid in enumerate(uuids):
-                view = [overlay.get(h.node_id, h) for h in hosts] if overlay else hosts
-                group_hosts = self.host_manager.group_hosts(group)
-                for h, n in local_group.items():
-                    group_hosts[h] = group_hosts.get(h, 0) + n
-                ctx = FilterContext(now=utcnow(), conf=self.conf, group_hosts=group_hosts)
-                if self.fast_path and not overlay:
-                    removed: dict[str, int] = {}
-                    candidates = self._filter_fast(spec, ctx, once_cache, index, removed)
-                    explain = functools.partial(self._explain_fast, spec, ctx, once_cache, index)
-                    weighed = self._weigh_fast(candidates, spec, ctx) if len(candidates) else []
-                else:
-                    candidates, explanation = self._filter(view, spec, ctx, once_cache, index)
-                    explain = functools.partial(lambda e: e, explanation)
-                    removed = {f["filter"]: f["removed"]
-                               for f in explanation.summary(0)["filters"]}
-                    weighed = self._weigh(candidates, spec, ctx) if candidates else []
-                if not len(candidates):
-                    summary = explain().summary(0)
-                    summary["instance_index"] = index
-                    raise exception.NoValidHost(reason=_Explanation.text(summary),
-                                                summary=summary)
-                weight, chosen, consumed, alternates = self._place(
-                    weighed, spec, ctx, instance_uuid, dry_run, explain, index)
+                weight, chosen, consumed, alternates = self._place_instance(
+                    req, index, instance_uuid)
                 if dry_run:
-                    if spec.num_instances > 1:
-                        overlay[chosen.node_id] = _dry_consume(chosen, spec, consumed,
-                                                               instance_uuid, group)
                     if group:
-                        local_group[chosen.host] += 1
+                        req.local_group[chosen.host] += 1
+                    if spec.num_instances > 1:
+                        self._show_dry_claim(req, chosen, consumed, instance_uuid)
                 else:
                     claimed.append(instance_uuid)
                     self.host_manager.note_placed(chosen, instance_uuid, group)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
-                LOG.info("Placed %s on %s: %d/%d hosts passed filters (%s)%s",
-                         instance_uuid, chosen.host, len(candidates), len(view),
-                         ", ".join(f"{name} -{n}" for name, n in removed.items() if n)
-                         or "none removed", " [dry run]" if dry_run else "")
         except exception.NoValidHost as e:
             LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
                      e.reason)
@@ -306,8 +227,7 @@ class FilterScheduler:
         if released is None:
             return False
         self.host_manager.note_released(instance_uuid)
-        host = self.host_manager.get(released.node_id)
-        if host is None or not host.unconsume(released):
+        if not self.host_manager.apply_release(released):
             self.host_manager.refresh_nodes([released.node_id])
         LOG.info("Released %s from %s", instance_uuid, released.host)
         return True
@@ -346,233 +266,55 @@ class FilterScheduler:
             raise exception.InvalidRequest(field="instance_uuids", reason="duplicate UUIDs")
         return uuids
 
-    def _filter(self, hosts: list[HostState], spec: RequestSpec, ctx: FilterContext,
-                once_cache: dict[str, set[int]], index: int):
-        """Run the filters in order; returns (passing hosts, explanation)."""
-        explanation = _Explanation(len(hosts))
-        current = self._force_and_ignore(hosts, spec, explanation)
-        for flt in self.filters:
-            if not current:
-                break
-            if flt.run_filter_once_per_request and index > 0 and flt.name in once_cache:
-                keep = once_cache[flt.name]
-                passed = [h for h in current if h.node_id in keep]
-                failed = [(h, "failed earlier in this request") for h in current
-                          if h.node_id not in keep]
-            else:
-                passed, failed = flt.filter_all(current, spec, ctx)
-                if flt.run_filter_once_per_request and index == 0:
-                    once_cache[flt.name] = {h.node_id for h in passed}
-            explanation.add(flt.name, failed)
-            current = passed
-        return current, explanation
+    def _context(self, req: _Request, index: int) -> RequestContext:
+        """The world as instance ``index`` sees it now: group members (cached and
+        placed by this request) and the nodes of the instances its hints name."""
+        spec = req.spec
+        group_hosts = self.host_manager.group_hosts(req.group)
+        for host, n in req.local_group.items():
+            group_hosts[host] = group_hosts.get(host, 0) + n
+        hints = spec.scheduler_hints
+        named = hints.same_host + hints.different_host
+        nodes = self.host_manager.instance_nodes(named) if named else {}
+        return RequestContext(spec=spec, now=utcnow(), conf=self.conf,
+                              group_hosts=group_hosts, instance_nodes=nodes, index=index)
 
-    @staticmethod
-    def _force_and_ignore(hosts: list[HostState], spec: RequestSpec,
-                          explanation: _Explanation) -> list[HostState]:
-        if not (spec.ignore_hosts or spec.force_hosts or spec.force_nodes):
-            return hosts
-        current = hosts
-        if spec.ignore_hosts:
-            ignore = set(spec.ignore_hosts)
-            explanation.add("ignore_hosts", [(h, "host is ignored") for h in current
-                                             if h.host in ignore])
-            current = [h for h in current if h.host not in ignore]
-        if spec.force_hosts:
-            force = set(spec.force_hosts)
-            explanation.add("force_hosts", [(h, "not a forced host") for h in current
-                                            if h.host not in force])
-            current = [h for h in current if h.host in force]
-        if spec.force_nodes:
-            force = set(spec.force_nodes)
-            explanation.add("force_nodes", [(h, "not a forced node") for h in current
-                                            if h.nodename not in force])
-            current = [h for h in current if h.nodename in force]
-        return current
-
-    def _weigh(self, hosts: list[HostState], spec: RequestSpec, ctx: FilterContext
-               ) -> list[tuple[float, HostState]]:
-        """Hosts with their total weight, best first (stable for equal weights)."""
-        totals = [0.0] * len(hosts)
-        if len(hosts) > 1:
-            for w in self.weighers:
-                raw = [w.weigh(h, spec, ctx) for h in hosts]
-                norm = normalize(raw)
-                for i, h in enumerate(hosts):
-                    if norm[i]:
-                        totals[i] += w.weight_multiplier(h) * norm[i]
-        order = sorted(range(len(hosts)), key=lambda i: -totals[i])
-        return [(totals[i], hosts[i]) for i in order]
-
-    # -- fast path: numpy columns, cheap checks first -------------------------
-    def _filter_fast(self, spec: RequestSpec, ctx: FilterContext,
-                     once_cache: dict[str, set[int]], index: int,
-                     removed: dict[str, int] | None = None) -> np.ndarray:
-        """Row indexes (into HostColumns) of the hosts ``_filter`` would keep:
-        vector forms over every host first, the other filters per host on the
-        survivors only. ``removed`` (optional) gets how many hosts each filter
-        removed in that order (cheapest first), for the log."""
-        cols = self.host_manager.columns
-        hosts = cols.hosts
-        mask = self._force_and_ignore_mask(cols, spec)
-        slow = []
-        for flt in self.filters:
-            if flt.is_noop(spec):
-                continue
-            vec = flt.filter_vector(cols, spec, ctx)
-            if vec is None:
-                slow.append(flt)
-                continue
-            before = cols.n if mask is None else None
-            if mask is None:
-                mask = vec.copy()
-            else:
-                before = int(np.count_nonzero(mask))
-                mask &= vec
-            if removed is not None:
-                removed[flt.name] = before - int(np.count_nonzero(mask))
-        rows = np.arange(cols.n) if mask is None else np.flatnonzero(mask)
-        for flt in slow:
+    def _place_instance(self, req: _Request, index: int, instance_uuid: str):
+        """Filter, weigh and consume for one instance: (weight, host, Consumed,
+        the other candidates in pick order)."""
+        for attempt in range(self.conf.scheduler.claim_retries + 1):
+            request = self._context(req, index)
+            if attempt:
+                req.cycle.start_instance(request, again=True)
+            rows, removed = req.cycle.candidates(request)
             if not len(rows):
-                break
-            before = len(rows)
-            if flt.run_filter_once_per_request and index > 0 and flt.name in once_cache:
-                keep = once_cache[flt.name]
-                rows = np.array([i for i in rows.tolist() if hosts[i].node_id in keep],
-                                dtype=np.intp)
-            else:
-                check = flt.host_passes
-                rows = np.array([i for i in rows.tolist()
-                                 if check(hosts[i], spec, ctx) is None], dtype=np.intp)
-                if flt.run_filter_once_per_request and index == 0:
-                    once_cache[flt.name] = {hosts[i].node_id for i in rows.tolist()}
-            if removed is not None:
-                removed[flt.name] = before - len(rows)
-        return rows
-
-    def _force_and_ignore_mask(self, cols, spec: RequestSpec):
-        if not (spec.ignore_hosts or spec.force_hosts or spec.force_nodes):
-            return None
-        hosts = cols.hosts
-        mask = np.ones(cols.n, dtype=bool)
-        if spec.ignore_hosts:
-            mask[cols.host_indexes(spec.ignore_hosts)] = False
-        if spec.force_hosts:
-            forced = np.zeros(cols.n, dtype=bool)
-            forced[cols.host_indexes(spec.force_hosts)] = True
-            mask &= forced
-        if spec.force_nodes:
-            nodes = set(spec.force_nodes)
-            mask &= np.fromiter((h.nodename in nodes for h in hosts), dtype=bool,
-                                count=cols.n)
-        return mask
-
-    def _explain_fast(self, spec: RequestSpec, ctx: FilterContext,
-                      once_cache: dict[str, set[int]], index: int) -> _Explanation:
-        """Why hosts were removed, filter by filter in the configured order (the
-        same as ``_filter``'s): vector forms count the removed hosts, and a filter
-        whose failures all share one text (``uniform_reason``) asks one of them."""
-        cols = self.host_manager.columns
-        hosts = cols.hosts
-        if spec.ignore_hosts or spec.force_hosts or spec.force_nodes:
-            return self._filter(hosts, spec, ctx, once_cache, index)[1]
-        explanation = _Explanation(cols.n)
-        alive = np.ones(cols.n, dtype=bool)
-        for flt in self.filters:
-            if not alive.any():
-                break
-            once = flt.run_filter_once_per_request and index > 0 and flt.name in once_cache
-            if not once and flt.is_noop(spec):
-                explanation.add(flt.name, [])   # passes every host: nothing to ask
+                raise self._no_valid_host(req, request)
+            weighed = req.cycle.weigh(request, rows)
+            try:
+                weight, chosen, consumed, alternates = self._place(
+                    req, weighed, request, instance_uuid)
+            except _GroupChanged:
                 continue
-            vec = None if once else flt.filter_vector(cols, spec, ctx)
-            if vec is None:
-                failed = []
-                keep = once_cache.get(flt.name) if once else None
-                for i in np.flatnonzero(alive).tolist():
-                    host = hosts[i]
-                    if keep is not None:
-                        reason = None if host.node_id in keep else "failed earlier in this request"
-                    else:
-                        reason = flt.host_passes(host, spec, ctx)
-                    if reason is not None:
-                        failed.append((host, reason))
-                        alive[i] = False
-                explanation.add(flt.name, failed)
-                continue
-            removed = np.flatnonzero(alive & ~vec)
-            if len(removed) and flt.uniform_reason:
-                reason = flt.host_passes(hosts[removed[0]], spec, ctx)
-                explanation.add_count(flt.name, reason, len(removed))
-            elif len(removed):
-                explanation.add(flt.name, [(hosts[i], flt.host_passes(hosts[i], spec, ctx))
-                                           for i in removed.tolist()])
-            alive &= vec
-        return explanation
+            LOG.info("Placed %s on %s: %d/%d hosts passed filters (%s)%s",
+                     instance_uuid, chosen.host, len(rows), req.cycle.cols.n,
+                     ", ".join(f"{name} -{n}" for name, n in removed.items() if n)
+                     or "none removed", " [dry run]" if req.dry_run else "")
+            return weight, chosen, consumed, alternates
+        summary = req.cycle.explain(self._context(req, index)).summary(0)
+        summary["instance_index"] = index
+        summary["filters"].append({"filter": "claim", "removed": 1, "reasons": {
+            "server group changed under this scheduler on every attempt": 1}})
+        raise exception.NoValidHost(reason=Explanation.text(summary), summary=summary)
 
-    def _weigh_fast(self, rows: np.ndarray, spec: RequestSpec, ctx: FilterContext
-                    ) -> list[tuple[float, HostState]]:
-        """Same totals and order as ``_weigh`` for the hosts at ``rows``; only
-        the best few are sorted up front."""
-        cols = self.host_manager.columns
-        hosts = cols.hosts
-        n = len(rows)
-        totals = np.zeros(n, dtype=np.float64)
-        if n > 1:
-            buf = np.empty(n, dtype=np.float64)
-            for w in self.weighers:
-                multiplier = self._multipliers(w, cols, rows)
-                if isinstance(multiplier, float) and multiplier == 0.0:
-                    continue        # adds 0 × weight to every host (NumInstancesWeigher)
-                vec = w.weigh_vector(cols, spec, ctx)
-                if vec is None:
-                    raw = np.fromiter((w.weigh(hosts[i], spec, ctx) for i in rows.tolist()),
-                                      dtype=np.float64, count=n)
-                elif isinstance(vec, int | float):
-                    continue        # the same raw weight everywhere: normalises to 0
-                else:
-                    if vec.dtype != np.float64:         # e.g. a plugin's int column
-                        vec = vec.astype(np.float64)
-                    # rows are valid indexes: 'clip' only skips the bounds checks.
-                    raw = np.take(vec, rows, out=buf, mode="clip")
-                lo, hi = raw.min(), raw.max()
-                if hi == lo:
-                    continue
-                # In place, the same operations as (raw - lo) / (hi - lo) * multiplier
-                # in ``_weigh``, so the totals are equal to the last bit.
-                np.subtract(raw, lo, out=raw)
-                np.divide(raw, hi - lo, out=raw)
-                if isinstance(multiplier, float) and multiplier in (1.0, -1.0):
-                    # x * 1.0 is x and t + (-1.0 * x) is t - x, exactly: one pass less.
-                    (np.add if multiplier > 0 else np.subtract)(totals, raw, out=totals)
-                    continue
-                np.multiply(multiplier, raw, out=raw)
-                totals += raw
-        keep = max(self.conf.filter_scheduler.host_subset_size,
-                   self.conf.scheduler.max_attempts) + 8
-        if n > 4 * keep:
-            kth = _kth_largest(totals, keep)
-            top = np.flatnonzero(totals >= kth)
-            order = top[np.argsort(-totals[top], kind="stable")]
-            head = [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
-            return _LazyWeighed(head, totals, rows, hosts, set(order.tolist()))
-        order = np.argsort(-totals, kind="stable")
-        return [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
-
-    @staticmethod
-    def _multipliers(w: BaseWeigher, cols, rows: np.ndarray):
-        """The weigher's multiplier per candidate: the configured one, or the
-        smallest valid override in the host's aggregates' metadata."""
-        base = w.base_multiplier()
-        if not w.aggregate_multiplier_key:
-            return base
-        values, present = cols.aggregate_min(w.aggregate_multiplier_key)
-        if not present.any():
-            return base             # no aggregate overrides it (cheaper than gathering)
-        present = present[rows]
-        if not present.any():
-            return base
-        return np.where(present, values[rows], base)
+    def _no_valid_host(self, req: _Request, request: RequestContext,
+                       refused: Mapping[str, int] | None = None) -> exception.NoValidHost:
+        summary = req.cycle.explain(request).summary(0)
+        summary["instance_index"] = request.index
+        if refused:
+            summary["filters"].append({"filter": "claim", "removed": sum(refused.values()),
+                                       "reasons": dict(collections.Counter(refused)
+                                                       .most_common())})
+        return exception.NoValidHost(reason=Explanation.text(summary), summary=summary)
 
     def _pick_order(self, weighed: list[tuple[float, HostState]]) -> list[int]:
         """Indexes into ``weighed`` in the order to try them."""
@@ -593,15 +335,14 @@ class FilterScheduler:
             order.insert(0, order.pop(pick))
         return order
 
-    def _place(self, weighed, spec: RequestSpec, ctx: FilterContext, instance_uuid: str,
-               dry_run: bool, explain, index: int):
+    def _place(self, req: _Request, weighed, request: RequestContext, instance_uuid: str):
         """Consume on the first candidate (in pick order) that still takes it."""
         order = self._pick_order(weighed)
-        refused = collections.Counter()
+        refused: collections.Counter = collections.Counter()
         pos = 0
         while True:
             if pos == len(order):
-                if not isinstance(weighed, _LazyWeighed) or weighed._totals is None:
+                if not isinstance(weighed, cycles.LazyWeighed) or weighed.complete:
                     break
                 weighed.extend_all()
                 order.extend(range(len(order), len(weighed)))
@@ -609,41 +350,57 @@ class FilterScheduler:
                     break
             weight, host = weighed[order[pos]]
             pos += 1
-            consumed = self._try_consume(host, spec, ctx, instance_uuid, dry_run, refused)
+            consumed = self._try_consume(req, host, request.index, instance_uuid, refused)
             if consumed is None:
                 continue
             rest = [weighed[j] for j in order[pos:]]
             return weight, host, consumed, rest
-        summary = explain().summary(0)
-        summary["instance_index"] = index
-        summary["filters"].append({"filter": "claim", "removed": sum(refused.values()),
-                                   "reasons": dict(refused.most_common())})
-        raise exception.NoValidHost(reason=_Explanation.text(summary), summary=summary)
+        raise self._no_valid_host(req, request, refused)
 
-    def _try_consume(self, host: HostState, spec: RequestSpec, ctx: FilterContext,
-                     instance_uuid: str, dry_run: bool, refused: collections.Counter
-                     ) -> Consumed | None:
-        if dry_run:
+    def _checked_consume(self, req: _Request, host: HostState, index: int
+                         ) -> tuple[Consumed | None, str | None]:
+        """Under the host's lock: every filter again on the host as it is now,
+        with fresh group counts, and where its NUMA cells and PCI devices go."""
+        reason = req.cycle.recheck(self._context(req, index), host)
+        if reason:
+            return None, reason
+        spec = req.spec
+        if spec.numa_topology is None and not spec.pci_requests:
+            return Consumed(node_id=host.node_id, generation=host.generation), None
+        fit = host.fit(spec)
+        if fit.reason:
+            return None, fit.reason
+        return Consumed(node_id=host.node_id, numa_fitted=fit.numa_fitted,
+                        pci_picks=fit.pci_picks, generation=host.generation), None
+
+    def _try_consume(self, req: _Request, host: HostState, index: int, instance_uuid: str,
+                     refused: collections.Counter) -> Consumed | None:
+        if req.dry_run:
             with host.lock():
-                reason = host.resources_reason(spec)
-                fitted, picks, reason2 = (None, (), None) if reason else \
-                    host.fit_numa_and_pci(spec)
-            if reason or reason2:
-                refused[reason or reason2] += 1
-                return None
-            return Consumed(node_id=host.node_id, numa_fitted=fitted, pci_picks=picks,
-                            generation=host.generation)
-        persist = self._persister(spec, instance_uuid)
+                consumed, reason = self._checked_consume(req, host, index)
+            if reason:
+                refused[reason] += 1
+            return consumed
+        persist = self._persister(req.spec, instance_uuid)
         for attempt in range(self.conf.scheduler.claim_retries + 1):
             try:
-                return host.consume_from_request(spec, persist)
-            except ConsumeRefused as e:
-                refused[e.reason] += 1
-                return None
+                with host.lock():
+                    consumed, reason = self._checked_consume(req, host, index)
+                    if reason:
+                        refused[reason] += 1
+                        return None
+                    consumed = persist(host, consumed)
+                    self.host_manager.apply_claim(host, req.spec, consumed)
+                    return consumed
             except claims.DuplicateAllocation:
                 raise exception.InvalidRequest(
                     field="instance_uuids",
                     reason=f"already allocated: {instance_uuid}") from None
+            except claims.GroupPolicyConflict as e:
+                LOG.info("Claim on %s refused by its server group (%s); reading the "
+                         "group's hosts again", host.host, e)
+                self.host_manager.refresh_nodes(claims.group_member_nodes(self.db, req.group))
+                raise _GroupChanged() from None
             except claims.ClaimConflict as e:
                 LOG.debug("Claim on %s lost a race (attempt %d)", host.host, attempt + 1)
                 seen = host.generation
@@ -656,22 +413,25 @@ class FilterScheduler:
                     # boot). Trying again would fail the same way.
                     refused[f"claim refused: {e}"] += 1
                     return None
-                reason = self._recheck(host, spec, ctx)
-                if reason:
-                    refused[reason] += 1
-                    return None
         refused["claim conflicts with another scheduler"] += 1
         return None
 
-    def _recheck(self, host: HostState, spec: RequestSpec, ctx: FilterContext) -> str | None:
-        for flt in self.filters:
-            reason = flt.host_passes(host, spec, ctx)
-            if reason:
-                return f"{flt.name}: {reason}"
-        return None
+    def _show_dry_claim(self, req: _Request, host: HostState, consumed: Consumed,
+                        instance_uuid: str) -> None:
+        """Let the next instances of a dry run see this one on a what-if copy."""
+        row = req.cycle.cols.row_of_node.get(host.node_id)
+        if row is None:
+            return
+        what_if = host.copy()
+        what_if.apply(req.spec, consumed)
+        what_if.instances[instance_uuid] = req.group
+        req.cycle.overlay(row, what_if)
 
     def _persister(self, spec: RequestSpec, instance_uuid: str):
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
+        policy = spec.instance_group.policy if spec.instance_group else None
+        max_per_host = (spec.instance_group.max_server_per_host or 1) \
+            if spec.instance_group else 1
         stored_spec = json.dumps(spec.for_one_instance().to_primitive(), sort_keys=True)
 
         def persist(host: HostState, consumed: Consumed) -> Consumed:
@@ -690,7 +450,8 @@ class FilterScheduler:
                 seen_generation=host.generation, vcpus=spec.vcpus,
                 memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, numa_topology=numa_after,
                 numa_cells=numa_cells, pci_picks=picks, project_id=spec.project_id,
-                user_id=spec.user_id, instance_group=group, request_spec=stored_spec))
+                user_id=spec.user_id, instance_group=group, request_spec=stored_spec,
+                group_policy=policy, group_max_per_host=max_per_host, host=host.host))
             return dataclasses.replace(consumed, generation=result.generation,
                                        pci_addresses=result.pci_addresses,
                                        pci_pools=result.pci_pools)
@@ -720,51 +481,3 @@ class FilterScheduler:
             except Exception:      # keep undoing the others; log loudly
                 LOG.exception("Could not release %s while undoing a failed request",
                               instance_uuid)
-
-
-def _dry_consume(host: HostState, spec: RequestSpec, consumed: Consumed,
-                 instance_uuid: str, group: str | None) -> HostState:
-    """A shallow copy of ``host`` with the request subtracted (dry runs only)."""
-    clone = copy.copy(host)
-    clone.detach_columns()
-    clone.instances = dict(host.instances)
-    clone.instances[instance_uuid] = group
-    clone._apply(spec, consumed)
-    return clone
-
-
-def _kth_largest(values: np.ndarray, k: int) -> float:
-    """The k-th largest of ``values`` (exactly), without partitioning all of them.
-
-    The k-th largest of a strided sample is a lower bound of the true one (the
-    sample's top k are values too), so every value at or above the true k-th
-    is among those at or above the bound: a few dozen to partition instead of
-    every candidate (about 10 instead of 40-80 us at 10,000 hosts).
-    """
-    n = len(values)
-    sample = values[::16]
-    if len(sample) > k:
-        bound = np.partition(sample, len(sample) - k)[len(sample) - k]
-        values = values[values >= bound]
-        n = len(values)
-    return np.partition(values, n - k)[n - k]
-
-
-class _LazyWeighed(list):
-    """The best few (weight, host) pairs, sorted; the rest are sorted only if
-    every one of those is refused (claims racing with other schedulers)."""
-
-    def __init__(self, head, totals, rows, hosts, taken) -> None:
-        super().__init__(head)
-        self._totals, self._rows, self._hosts, self._taken = totals, rows, hosts, taken
-
-    def extend_all(self) -> None:
-        if self._totals is None:
-            return
-        totals = self._totals
-        rest = np.array([i for i in range(len(totals)) if i not in self._taken],
-                        dtype=np.intp)
-        if len(rest):
-            order = rest[np.argsort(-totals[rest], kind="stable")]
-            self.extend((float(totals[i]), self._hosts[self._rows[i]]) for i in order)
-        self._totals = None

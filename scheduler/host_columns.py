@@ -1,126 +1,146 @@
-"""HostColumns: the cached hosts' numbers as numpy columns, kept up to date.
+"""HostColumns: the cached hosts' numbers as numpy columns, for vector filters
+and weighers.
 
-The fast path of the filter scheduler evaluates the cheap, numeric filters and
-weighers over all hosts at once on these columns instead of calling Python
-per host. Row ``i`` is ``HostManager``'s i-th host (ordered by node id). A
-column row is rewritten whenever its HostState changes (``HostState.touch``),
-so nothing is rebuilt per request; the columns are rebuilt only when hosts
-are added or removed.
+Row ``i`` is ``hosts[i]``. The live columns belong to the HostManager, which
+rewrites a row (``update``) whenever it changes that row's HostState, so
+nothing is rebuilt per request; it builds new columns only when hosts are
+added or removed, or when the class codes need compacting (``recoded``).
+A request cycle keeps the columns object it started with: its rows always
+name the same hosts, whatever the cache does meanwhile.
 
-Derived columns, named for the HostState expression they hold: ``vcpus_usable``
-(vcpus - reserved), ``memory_usable`` (memory_mb - reserved), ``disk_usable``
-(local_gb * 1024 - reserved), ``disk_total`` (local_gb * 1024); ``az_extra``
-is True when the host's aggregates name a zone besides ``availability_zone``
-(so the zone column alone can't answer for it).
+Columns, named for the HostState value they hold: ``memory_used``,
+``memory_limit`` ((total - reserved) * ratio), ``memory_usable`` (total -
+reserved), ``vcpus``, ``vcpus_used``, ``vcpus_limit``, ``vcpus_usable``,
+``disk_used``, ``disk_limit``, ``disk_usable`` (local_gb * 1024 - reserved),
+``disk_total`` (local_gb * 1024), ``free_ram``, ``free_disk``, ``heartbeat``
+(epoch seconds, +inf for a host that never sent one), ``num_io_ops``,
+``num_instances``, ``failed_builds``, ``hypervisor_version``, ``pci_free``,
+the three allocation ratios, ``disabled``, ``has_numa``, ``has_aggregates``.
+Besides these, one integer column per registered class key
+(``class_codes(name)``) and, on demand, aggregate metadata values
+(``aggregate_min(key)``).
 """
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from scheduler.host_classes import HostClasses
+
 _EPOCH = datetime.datetime(1970, 1, 1)
+
+FLOAT_FIELDS = ("memory_used", "memory_limit", "memory_usable", "vcpus", "vcpus_used",
+                "vcpus_limit", "vcpus_usable", "disk_used", "disk_limit", "disk_usable",
+                "disk_total", "free_ram", "free_disk", "heartbeat", "num_io_ops",
+                "num_instances", "failed_builds", "hypervisor_version", "pci_free",
+                "cpu_ratio", "ram_ratio", "disk_ratio")
+BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates")
+
+
+def _row_values(hs) -> tuple:
+    """The FLOAT_FIELDS then BOOL_FIELDS values of one HostState, in order."""
+    hb = hs.last_heartbeat
+    free_pci = 0
+    for pool in hs.pci_pools:
+        free_pci += pool.count
+    return (hs.memory_mb_used, hs.memory_mb_limit, hs.memory_mb - hs.reserved_host_memory_mb,
+            hs.vcpus, hs.vcpus_used, hs.vcpus_limit, hs.vcpus - hs.reserved_host_cpus,
+            hs.disk_mb_used, hs.disk_mb_limit, hs.local_gb * 1024 - hs.reserved_host_disk_mb,
+            hs.local_gb * 1024, hs.free_ram_mb, hs.free_disk_mb,
+            np.inf if hb is None else seconds(hb), hs.num_io_ops, hs.num_instances,
+            hs.failed_builds, hs.hypervisor_version or 0, free_pci,
+            hs.cpu_allocation_ratio, hs.ram_allocation_ratio, hs.disk_allocation_ratio,
+            hs.disabled, hs.numa_topology is not None, bool(hs.aggregates))
 
 
 class HostColumns:
     """Per-host numeric columns over a fixed list of HostStates."""
 
-    FLOAT_FIELDS = ("memory_used", "memory_limit", "memory_usable", "vcpus", "vcpus_used",
-                    "vcpus_limit", "vcpus_usable", "disk_used", "disk_limit", "disk_usable",
-                    "disk_total", "free_ram", "free_disk",
-                    "heartbeat", "num_io_ops", "num_instances", "failed_builds",
-                    "hypervisor_version", "pci_free", "cpu_ratio", "ram_ratio",
-                    "disk_ratio")
-    BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates", "az_extra")
+    FLOAT_FIELDS = FLOAT_FIELDS
+    BOOL_FIELDS = BOOL_FIELDS
 
-    def __init__(self, hosts: Sequence) -> None:
+    def __init__(self, hosts: Sequence, classes: HostClasses | None = None) -> None:
         n = len(hosts)
         self.n = n
         self.hosts = list(hosts)
-        for name in self.FLOAT_FIELDS:
+        self.classes = classes if classes is not None else HostClasses()
+        for name in FLOAT_FIELDS:
             setattr(self, name, np.zeros(n, dtype=np.float64))
-        for name in self.BOOL_FIELDS:
+        for name in BOOL_FIELDS:
             setattr(self, name, np.zeros(n, dtype=bool))
-        self.az_code = np.zeros(n, dtype=np.int32)
-        self._az_codes: dict[str | None, int] = {}
         self.index_by_host: dict[str, list[int]] = {}
+        self.row_of_node: dict[int, int] = {}
         #: aggregate metadata key -> (values, present), see ``aggregate_min``.
         self._agg_min: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        #: Per row, the (aggregates, zone) the aggregate columns were computed from.
-        self._agg_source: list[tuple | None] = [None] * n
+        #: Per row, the aggregates tuple the aggregate columns were computed from.
+        self._agg_source: list[Any] = [None] * n
         #: id(aggregate) -> (aggregate, its rows); rebuilt after aggregates change.
         self._agg_rows: dict[int, tuple[Any, list[int]]] | None = None
-        #: key -> (known, answer) bool rows, see ``memoised``.
-        self._memo: dict = {}
+        #: class name -> (codes per row, key per row).
+        self._classes: dict[str, tuple[np.ndarray, list]] = {}
         for i, hs in enumerate(self.hosts):
-            hs.attach_columns(self, i)
             self.index_by_host.setdefault(hs.host, []).append(i)
-            self.update(i, hs)
+            self.row_of_node[hs.node_id] = i
+        self._write_rows(range(n))
 
-    def az(self, name: str | None) -> int:
-        """The integer code of an availability zone name (-1: no host has it)."""
-        return self._az_codes.get(name, -1)
-
+    # -- writing (the owner only) ---------------------------------------------
     def update(self, i: int, hs) -> None:
-        """Rewrite row ``i`` from its HostState."""
-        for known, _answer in self._memo.values():
-            known[i] = False
-        self.memory_used[i] = hs.memory_mb_used
-        self.memory_limit[i] = hs.memory_mb_limit
-        self.memory_usable[i] = hs.memory_mb - hs.reserved_host_memory_mb
-        self.vcpus[i] = hs.vcpus
-        self.vcpus_used[i] = hs.vcpus_used
-        self.vcpus_limit[i] = hs.vcpus_limit
-        self.vcpus_usable[i] = hs.vcpus - hs.reserved_host_cpus
-        self.disk_used[i] = hs.disk_mb_used
-        self.disk_limit[i] = hs.disk_mb_limit
-        self.disk_total[i] = hs.local_gb * 1024
-        self.disk_usable[i] = hs.local_gb * 1024 - hs.reserved_host_disk_mb
-        self.free_ram[i] = hs.free_ram_mb
-        self.free_disk[i] = hs.free_disk_mb
-        hb = hs.last_heartbeat
-        self.heartbeat[i] = np.inf if hb is None else seconds(hb)
-        self.num_io_ops[i] = hs.num_io_ops
-        self.num_instances[i] = hs.num_instances
-        self.failed_builds[i] = hs.failed_builds
-        self.hypervisor_version[i] = hs.hypervisor_version or 0
-        free = 0
-        for pool in hs.pci_pools:
-            free += pool.count
-        self.pci_free[i] = free
-        self.cpu_ratio[i] = hs.cpu_allocation_ratio
-        self.ram_ratio[i] = hs.ram_allocation_ratio
-        self.disk_ratio[i] = hs.disk_allocation_ratio
-        self.disabled[i] = hs.disabled
-        self.has_numa[i] = hs.numa_topology is not None
-        aggs, zone = hs.aggregates, hs.availability_zone
-        source = self._agg_source[i]
-        if source is None or source[0] is not aggs or source[1] != zone:
-            # Only when the aggregates changed (set_aggregates), not on every consume.
-            self._agg_source[i] = (aggs, zone)
-            self._agg_rows = None
-            self.has_aggregates[i] = bool(aggs)
-            self.az_extra[i] = bool(aggs) and _names_other_zone(hs)
-            for key, (values, present) in self._agg_min.items():
-                _aggregate_min_row(hs, key, i, values, present)
-        code = self._az_codes.get(hs.availability_zone)
-        if code is None:
-            code = self._az_codes[hs.availability_zone] = len(self._az_codes)
-        self.az_code[i] = code
+        """Rewrite row ``i`` from ``hs`` (the same host, or a dry-run copy of it)."""
+        self.hosts[i] = hs
+        self._write_rows((i,))
+
+    def _write_rows(self, rows: Iterable[int]) -> None:
+        floats = [getattr(self, name) for name in FLOAT_FIELDS]
+        bools = [getattr(self, name) for name in BOOL_FIELDS]
+        nf = len(floats)
+        hosts = self.hosts
+        classes = self.classes
+        class_cols = [(name, codes, keys) for name, (codes, keys) in self._classes.items()]
+        for i in rows:
+            hs = hosts[i]
+            values = _row_values(hs)
+            for col, value in zip(floats, values, strict=False):
+                col[i] = value
+            for col, value in zip(bools, values[nf:], strict=True):
+                col[i] = value
+            aggs = hs.aggregates
+            if self._agg_source[i] is not aggs:
+                # Only when the aggregates changed, not on every consume.
+                self._agg_source[i] = aggs
+                self._agg_rows = None
+                for key, (vals, present) in self._agg_min.items():
+                    _aggregate_min_row(hs, key, i, vals, present)
+            for name, codes, keys in class_cols:
+                key = classes.key(name, hs)
+                keys[i] = key
+                codes[i] = classes.code(name, key)
+
+    # -- reading ----------------------------------------------------------------
+    def class_codes(self, name: str) -> np.ndarray:
+        """The class code of every row for the registered class ``name`` (built on
+        first use, then kept up to date by ``update``)."""
+        entry = self._classes.get(name)
+        if entry is None:
+            classes = self.classes
+            keys: list[Hashable] = [classes.key(name, hs) for hs in self.hosts]
+            codes = np.fromiter((classes.code(name, k) for k in keys), dtype=np.int64,
+                                count=self.n)
+            entry = self._classes[name] = (codes, keys)
+        return entry[0]
 
     def aggregate_min(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """(values, present) per row: ``present`` where the host's aggregates give
-        ``key`` a valid float value, ``values`` the smallest of them (exactly
-        ``HostState.aggregate_min_float``). Built on first use for a key, then
-        kept up to date by ``update`` like the other columns."""
+        ``key`` a valid float value, ``values`` the smallest of them (0 elsewhere).
+        Built on first use for a key, then kept up to date."""
         cached = self._agg_min.get(key)
         if cached is None:
             values = np.zeros(self.n, dtype=np.float64)
             present = np.zeros(self.n, dtype=bool)
             # Only rows in an aggregate that mentions the key can have a value
-            # (usually none: a per-host walk cost 1.6 s at 100,000 hosts).
+            # (usually none: a walk over every host costs 1.6 s at 100,000).
             rows: set[int] = set()
             for agg, agg_rows in self._aggregate_rows().values():
                 if key in agg.metadata:
@@ -134,10 +154,8 @@ class HostColumns:
         """Each distinct aggregate of the rows, with the rows that have it."""
         if self._agg_rows is None:
             by_agg: dict[int, tuple[Any, list[int]]] = {}
-            for i, source in enumerate(self._agg_source):
-                if source is None:
-                    continue
-                for agg in source[0]:
+            for i, aggs in enumerate(self._agg_source):
+                for agg in aggs or ():
                     entry = by_agg.get(id(agg))
                     if entry is None:
                         entry = by_agg[id(agg)] = (agg, [])
@@ -145,42 +163,57 @@ class HostColumns:
             self._agg_rows = by_agg
         return self._agg_rows
 
-    def memoised(self, key, rows: np.ndarray, answer: Callable[[Any], bool]) -> np.ndarray:
-        """A bool per row: ``answer(host)`` for the hosts at ``rows`` (others
-        False), remembered per ``key`` until the row's host changes (``update``).
-        For expensive per-host answers that depend only on the host's state and
-        on what ``key`` names (e.g. NUMA fitting of one guest topology)."""
-        entry = self._memo.get(key)
-        if entry is None:
-            if len(self._memo) >= 64:
-                self._memo.clear()
-            entry = self._memo[key] = (np.zeros(self.n, dtype=bool),
-                                       np.zeros(self.n, dtype=bool))
-        known, ok = entry
-        hosts = self.hosts
-        for i in rows[~known[rows]].tolist():
-            ok[i] = answer(hosts[i])
-            known[i] = True
-        out = np.zeros(self.n, dtype=bool)
-        out[rows] = ok[rows]
-        return out
-
-    def host_indexes(self, names) -> list[int]:
+    def host_indexes(self, names: Iterable[str]) -> list[int]:
+        """Rows of the hosts with these host names."""
         out: list[int] = []
         for name in names:
             out.extend(self.index_by_host.get(name, ()))
         return out
 
+    def node_indexes(self, node_ids: Iterable[int]) -> list[int]:
+        """Rows of these node ids (unknown ids are left out)."""
+        rows = self.row_of_node
+        return [rows[n] for n in node_ids if n in rows]
 
-def _names_other_zone(hs) -> bool:
-    """Whether an aggregate of ``hs`` lists a zone other than its own (the
-    AvailabilityZoneFilter reads every listed zone, not only the first)."""
-    zone = hs.availability_zone
-    for agg in hs.aggregates:
-        value = agg.metadata.get("availability_zone")
-        if value and any(z.strip() != zone for z in value.split(",")):
-            return True
-    return False
+    def nodename_mask(self, nodenames: Iterable[str]) -> np.ndarray:
+        wanted = set(nodenames)
+        return np.fromiter((h.nodename in wanted for h in self.hosts), dtype=bool,
+                           count=self.n)
+
+    # -- derived columns objects ----------------------------------------------
+    def copy(self) -> HostColumns:
+        """Columns with the same rows that later ``update`` calls leave apart from
+        these (a dry run's overlay); class codes are shared with these."""
+        other = object.__new__(HostColumns)
+        other.n = self.n
+        other.hosts = list(self.hosts)
+        other.classes = self.classes
+        for name in FLOAT_FIELDS + BOOL_FIELDS:
+            setattr(other, name, getattr(self, name).copy())
+        other.index_by_host = self.index_by_host
+        other.row_of_node = self.row_of_node
+        other._agg_min = {k: (v.copy(), p.copy()) for k, (v, p) in self._agg_min.items()}
+        other._agg_source = list(self._agg_source)
+        other._agg_rows = None
+        other._classes = {k: (c.copy(), list(keys)) for k, (c, keys) in self._classes.items()}
+        return other
+
+    def needs_recode(self) -> bool:
+        """Whether some class has handed out many more codes than there are rows."""
+        limit = 4 * self.n + 4096
+        return any(self.classes.size(name) > limit for name in self._classes)
+
+    def recoded(self) -> HostColumns:
+        """The same columns with a fresh HostClasses: codes re-interned from the
+        rows' current keys (answers remembered so far are dropped)."""
+        classes = HostClasses()
+        for name, fn in self.classes.key_fns().items():
+            classes.register(name, fn)
+        other = self.copy()
+        other.classes = classes
+        for name, (codes, keys) in other._classes.items():
+            codes[:] = [classes.code(name, k) for k in keys]
+        return other
 
 
 def _aggregate_min_row(hs, key: str, i: int, values: np.ndarray, present: np.ndarray) -> None:

@@ -7,6 +7,10 @@ for nodes whose ``generation`` is newer than the cached one, so a refresh
 never overwrites a newer in-memory consume and never double-counts one that
 the database already reflects (a consume bumps the cached generation to the
 value its claim wrote). Concurrent requests share one refresh.
+
+The HostManager is the only writer of its HostStates and of their columns:
+every change to a host (a refresh, a claim, a release) goes through it, and it
+rewrites that host's column row in the same step.
 """
 from __future__ import annotations
 
@@ -26,8 +30,9 @@ from sqlalchemy.engine import Connection
 from db import host_states as queries
 from db.api import Database, close_quietly
 from db.models import utcnow
+from scheduler.host_classes import HostClasses
 from scheduler.host_columns import HostColumns
-from scheduler.host_state import AggregateInfo, HostState
+from scheduler.host_state import AggregateInfo, Consumed, HostState
 
 LOG = logging.getLogger(__name__)
 
@@ -84,7 +89,9 @@ class HostManager:
         # threads (note_placed/note_released) and refreshes both rewrite.
         self._index_lock = threading.Lock()
         self._refresh_gen = 0
-        self.columns = HostColumns([])
+        # Serialises writes to the live columns with their replacement.
+        self._columns_lock = threading.Lock()
+        self.columns = HostColumns([], HostClasses())
         self.loaded = False
 
     # -- public -----------------------------------------------------------
@@ -109,6 +116,47 @@ class HostManager:
     def instance_host(self, instance_uuid: str) -> HostState | None:
         node_id = self._instance_node.get(instance_uuid)
         return self._hosts.get(node_id) if node_id is not None else None
+
+    def instance_nodes(self, instance_uuids) -> dict[str, int]:
+        """instance uuid -> node id, for the given instances this cache knows."""
+        index = self._instance_node
+        return {u: index[u] for u in instance_uuids if u in index}
+
+    def register_class(self, name: str, key_fn) -> None:
+        """Keep a class column ``name`` (``key_fn(host)`` per host) in the columns."""
+        with self._columns_lock:
+            self.columns.classes.register(name, key_fn)
+
+    # -- changes of a host's state (claims and releases) --------------------
+    def apply_claim(self, host: HostState, spec, consumed: Consumed) -> None:
+        """Take a persisted claim into the cached host (caller holds its lock)."""
+        host.apply(spec, consumed)
+        self._row_changed(host)
+
+    def apply_release(self, released) -> bool:
+        """Give a persisted release back to the cached host; False when the cache
+        was not exactly at the state before it (then the host is re-read)."""
+        host = self._hosts.get(released.node_id)
+        if host is None:
+            return False
+        with host.lock():
+            if not host.unapply(released):
+                return False
+            self._row_changed(host)
+        return True
+
+    def _row_changed(self, hs: HostState) -> None:
+        """Rewrite ``hs``'s row of the live columns (no row yet: nothing to do)."""
+        with self._columns_lock:
+            cols = self.columns
+            row = cols.row_of_node.get(hs.node_id)
+            if row is None or cols.hosts[row] is not hs:
+                return
+            cols.update(row, hs)
+            if cols.needs_recode():
+                # Hosts went through many states: start the class codes afresh
+                # (cycles already running keep the columns they started with).
+                self.columns = cols.recoded()
 
     def refresh(self) -> None:
         """Bring the cache up to date; concurrent callers share one refresh."""
@@ -305,13 +353,15 @@ class HostManager:
             beats = queries.heartbeats(conn, hosts=[h.host for h in fresh])
             for hs in fresh:
                 hs.last_heartbeat = beats.get(hs.host)
-                hs.touch()
         self._load_instances(conn, ids)
         if self.load_pci_pools:
             self._load_pools(conn, ids)
         self._assign_aggregates(updated)
         if added:
             self._reindex()
+        else:
+            for hs in updated:
+                self._row_changed(hs)
 
     def _load_instances(self, conn, node_ids) -> None:
         by_node = queries.instances_by_node(conn, node_ids)
@@ -335,7 +385,6 @@ class HostManager:
             [self._hosts[i] for i in node_ids if i in self._hosts]
         for hs in targets:
             hs.pci_pools = pools.get(hs.node_id, ())
-            hs.touch()
 
     def _reload_aggregates(self, conn) -> None:
         self._agg_version = queries.aggregates_version(conn)
@@ -357,6 +406,7 @@ class HostManager:
             aggs = by_host.get(hs.host, ())
             if aggs != hs.aggregates or hs.availability_zone is None:
                 hs.set_aggregates(aggs, default_az)
+                self._row_changed(hs)
 
     def _heartbeats_due(self) -> bool:
         return time.monotonic() - self._heartbeat_read_at >= \
@@ -375,12 +425,12 @@ class HostManager:
         if full:
             for hs in self._hosts.values():
                 hs.last_heartbeat = beats.get(hs.host)
-                hs.touch()
+                self._row_changed(hs)
         else:
             for host, seen in beats.items():
                 for hs in self._by_host.get(host, ()):
                     hs.last_heartbeat = seen
-                    hs.touch()
+                    self._row_changed(hs)
         self._heartbeat_read_at = now
         self._heartbeat_since = started
 
@@ -388,7 +438,6 @@ class HostManager:
         hs = self._hosts.pop(node_id, None)
         if hs is None:
             return
-        hs.detach_columns()
         with self._index_lock:
             for inst, group in hs.instances.items():
                 self._instance_node.pop(inst, None)
@@ -407,15 +456,19 @@ class HostManager:
 
     def _reindex(self) -> None:
         """Rebuild the ordered list, the name index and the columns (only when
-        hosts were added or removed)."""
-        for hs in self._ordered:
-            hs.detach_columns()
-        self._ordered = sorted(self._hosts.values(), key=lambda h: h.node_id)
+        hosts were added or removed). The class codes and the answers remembered
+        for them carry over: they name host states, not rows."""
+        ordered = sorted(self._hosts.values(), key=lambda h: h.node_id)
         by_host: dict[str, list[HostState]] = {}
-        for hs in self._ordered:
+        for hs in ordered:
             by_host.setdefault(hs.host, []).append(hs)
-        self._by_host = by_host
-        self.columns = HostColumns(self._ordered)
+        with self._columns_lock:
+            cols = HostColumns(ordered, self.columns.classes)
+            for name in self.columns.classes.names:
+                cols.class_codes(name)
+            self._ordered = ordered
+            self._by_host = by_host
+            self.columns = cols
 
     @staticmethod
     def _newest(rows, fallback: datetime.datetime) -> datetime.datetime:

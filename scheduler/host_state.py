@@ -1,19 +1,26 @@
-"""HostState: what filters and weighers read about one node, and the consume step.
+"""HostState: what filters and weighers read about one node.
 
-A HostState lives in the HostManager's cache across requests. It is updated in
-place from database rows (when the node's generation moved) and by
-``consume_from_request`` (after the claim is persisted). Filters never write it.
+A HostState lives in the HostManager's cache across requests. Only the
+HostManager changes it — from database rows (when the node's generation
+moved), and by ``apply``/``unapply`` after a claim or release was persisted —
+and it rewrites the host's column row each time. Filters never write it.
 
 Capacity follows Placement's rule: usable = (total - reserved) * allocation ratio;
 usage counts allocations only.
+
+``fit`` answers "where would this request's NUMA cells and PCI devices go on
+this host?"; the answer is remembered by what it depends on (the request's
+``fit_key`` and the host's ``fit_signature``), so hosts in the same state and
+the NUMA filter and the claim that follows it all share one computation.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
-import itertools
 import json
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Mapping
 from typing import Any
 
 from oslo_concurrency import lockutils
@@ -28,6 +35,16 @@ class AggregateInfo:
     name: str
     metadata: Mapping[str, str]
     hosts: frozenset[str]
+    _hash: int = dataclasses.field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Hosts' aggregates are part of class keys: hash the value once.
+        object.__setattr__(self, "_hash", hash((self.id, self.uuid, self.name,
+                                                tuple(sorted(self.metadata.items())),
+                                                self.hosts)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -40,14 +57,6 @@ class Consumed:
     pci_addresses: tuple[str, ...] = ()
     generation: int = 0
     pci_pools: tuple | None = None   # the node's pools after the claim, when re-read
-
-
-class ConsumeRefused(Exception):
-    """The request no longer fits this host (re-checked inside the lock)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 _TOPOLOGIES: dict[str, Any] = {}
@@ -93,7 +102,7 @@ class HostState:
         "supported_instances", "stats", "metrics", "disabled", "disabled_reason",
         "last_heartbeat", "numa_topology", "pci_pools", "aggregates",
         "availability_zone", "instances", "generation", "updated", "_lock_name",
-        "_cols", "_idx", "_fit_memo", "__weakref__",
+        "__weakref__",
     )
 
     def __init__(self, node_id: int, host: str, nodename: str, uuid: str = "") -> None:
@@ -126,14 +135,20 @@ class HostState:
         self.generation = -1
         self.updated: datetime.datetime | None = None
         self._lock_name = f"berth-host-{node_id}"
-        self._cols = None
-        self._idx = -1
-        self._fit_memo: dict = {}
 
     def __repr__(self) -> str:
         return (f"<HostState {self.host}/{self.nodename} ram:{self.free_ram_mb} "
                 f"disk:{self.free_disk_mb} vcpus:{self.vcpus_used}/{self.vcpus} "
                 f"gen:{self.generation}>")
+
+    def copy(self) -> HostState:
+        """A shallow copy with its own instances (a dry run's what-if state)."""
+        other = object.__new__(HostState)
+        for name in HostState.__slots__:
+            if name != "__weakref__":
+                setattr(other, name, getattr(self, name))
+        other.instances = dict(self.instances)
+        return other
 
     # -- loading ----------------------------------------------------------
     def update_from_row(self, row: Mapping[str, Any]) -> None:
@@ -168,23 +183,6 @@ class HostState:
         self.numa_topology = _host_topology(row["numa_topology"])
         self.generation = row["generation"]
         self.updated = row["updated_at"]
-        self.touch()
-
-    def attach_columns(self, cols, index: int) -> None:
-        """Keep row ``index`` of ``cols`` (HostColumns) in step with this host."""
-        self._cols = cols
-        self._idx = index
-
-    def detach_columns(self) -> None:
-        self._cols = None
-        self._idx = -1
-
-    def touch(self) -> None:
-        """Push this host's numbers to its HostColumns row (after any change) and
-        forget the NUMA/PCI answers memoised for its previous state."""
-        self._fit_memo = {}
-        if self._cols is not None:
-            self._cols.update(self._idx, self)
 
     def set_aggregates(self, aggregates: tuple[AggregateInfo, ...],
                        default_az: str | None) -> None:
@@ -195,7 +193,6 @@ class HostState:
                 az = agg.metadata["availability_zone"]
                 break
         self.availability_zone = az or default_az
-        self.touch()
 
     # -- capacity -----------------------------------------------------------
     @property
@@ -233,56 +230,65 @@ class HostState:
         """Every value ``key`` has in this host's aggregates' metadata."""
         return [a.metadata[key] for a in self.aggregates if key in a.metadata]
 
-    def aggregate_min_float(self, key: str, default: float) -> float:
-        """The smallest valid float value of ``key`` over the host's aggregates."""
+    def aggregate_min_float(self, key: str, default: float | None) -> float | None:
+        """The smallest finite float value of ``key`` over the host's aggregates
+        (values that are not finite numbers are ignored)."""
         best = None
         for raw in self.aggregate_values(key):
             try:
                 val = float(raw)
             except ValueError:
                 continue
+            if not math.isfinite(val):
+                continue
             best = val if best is None else min(best, val)
         return default if best is None else best
 
-    def is_up(self, now: datetime.datetime, down_time: float) -> bool:
-        """A host that never sent a heartbeat is statically managed (imported
-        from a fleet file) and counts as up; one that did must keep sending."""
-        if self.last_heartbeat is None:
-            return True
-        return (now - self.last_heartbeat).total_seconds() <= down_time
-
-    # -- check and consume ----------------------------------------------
-    def resources_reason(self, spec) -> str | None:
-        """Why the request's RAM/disk/vCPUs don't fit within capacity × ratio."""
-        if self.memory_mb_used + spec.memory_mb > self.memory_mb_limit:
-            return f"insufficient RAM: need {spec.memory_mb} MB"
-        if self.vcpus_used + spec.vcpus > self.vcpus_limit:
-            return f"insufficient vCPUs: need {spec.vcpus}"
-        if self.disk_mb_used + spec.disk_mb > self.disk_mb_limit:
-            return f"insufficient disk: need {spec.disk_mb} MB"
-        return None
-
-    def _socket_of(self) -> dict[int, int | None] | None:
+    # -- NUMA and PCI ---------------------------------------------------------
+    def socket_of(self) -> dict[int, int | None] | None:
+        """NUMA cell id -> socket, for PCI ``socket`` affinity (None without NUMA)."""
         if self.numa_topology is None:
             return None
         return {c.id: c.socket for c in self.numa_topology.cells}
 
-    def fit_numa(self, spec):
-        """Fit the request's guest NUMA topology (with its PCI requests) to this
-        host: a ``numa.fitting.FitResult``. Call only when spec.numa_topology.
+    def fit_signature(self) -> tuple:
+        """Everything ``fit`` reads of this host: hosts with equal signatures get
+        equal fits."""
+        return (self.numa_topology, self.cpu_allocation_ratio, self.ram_allocation_ratio,
+                self.pci_pools)
 
-        Memoised per host state: the answer is kept until the host changes
-        (``touch``), keyed by what the request asks for, so the same flavor
-        on an unchanged host costs a dict lookup.
-        """
-        key = request_token(spec)       # NUMA answers under +token, PCI under -token
-        memo = self._fit_memo
-        hit = memo.get(key)
-        if hit is not None:
-            return hit
-        result = self._fit_numa(spec)
-        memo[key] = result
-        return result
+    def fit(self, spec) -> Fit:
+        """Where the request's guest NUMA cells (with their PCI requests) and its
+        PCI devices go on this host, or why they can't (``Fit.reason``)."""
+        key = (spec.fit_key, self.fit_signature())
+        hit = _FITS.get(key)
+        if hit is None:
+            hit = _FITS[key] = self._fit(spec)
+            if len(_FITS) > _MAX_FITS:
+                _FITS.popitem(last=False)
+        return hit
+
+    def _fit(self, spec) -> Fit:
+        fitted = None
+        cells = None
+        if spec.numa_topology is not None:
+            result = self._fit_numa(spec)
+            if result.fitted is None:
+                return Fit(None, (), result.reason)
+            fitted = result.fitted
+            cells = frozenset(c.host_cell_id for c in fitted.cells)
+        picks: tuple = ()
+        if spec.pci_requests:
+            from pci import errors as pci_errors
+            from pci import matching
+
+            try:
+                _, picks = matching.apply_requests(self.pci_pools, spec.pci_requests,
+                                                   numa_cells=cells,
+                                                   socket_of=self.socket_of())
+            except pci_errors.PciError:
+                return Fit(None, (), self.pci_reason(spec, cells))
+        return Fit(fitted, picks, None)
 
     def _fit_numa(self, spec):
         from numa import fitting
@@ -315,12 +321,12 @@ class HostState:
         if bare.fitted is None:
             return result
         cells = frozenset(c.host_cell_id for c in bare.fitted.cells)
-        return fitting.FitResult(None, self._pci_reason(spec, cells))
+        return fitting.FitResult(None, self.pci_reason(spec, cells))
 
     def _pci_check(self, requests):
         from pci import matching
 
-        pools, socket_of = self.pci_pools, self._socket_of()
+        pools, socket_of = self.pci_pools, self.socket_of()
 
         def pci_check(host_cells):
             return matching.supports_requests(pools, requests, numa_cells=host_cells,
@@ -328,75 +334,20 @@ class HostState:
         return pci_check
 
     def pci_reason(self, spec, numa_cells=None) -> str | None:
-        """Why the request's PCI devices can't be served here (None if they can).
-        Memoised like ``fit_numa`` when no NUMA cells restrict the devices."""
-        if numa_cells is None:
-            key = -request_token(spec)
-            memo = self._fit_memo
-            if key in memo:
-                return memo[key]
-            memo[key] = reason = self._pci_reason(spec, None)
-            return reason
-        return self._pci_reason(spec, numa_cells)
-
-    def _pci_reason(self, spec, numa_cells) -> str | None:
+        """Why the request's PCI devices can't be served here (on ``numa_cells``
+        when given), or None when they can."""
         from pci import matching
 
-        socket_of = self._socket_of()
+        socket_of = self.socket_of()
         if matching.supports_requests(self.pci_pools, spec.pci_requests,
                                       numa_cells=numa_cells, socket_of=socket_of):
             return None
         return matching.explain(self.pci_pools, spec.pci_requests, numa_cells=numa_cells,
                                 socket_of=socket_of) or "PCI requests cannot be satisfied"
 
-    def fit_numa_and_pci(self, spec):
-        """(fitted NUMA topology | None, pci picks, reason | None) for the request."""
-        fitted = None
-        cells = None
-        if spec.numa_topology is not None:
-            result = self.fit_numa(spec)
-            if result.fitted is None:
-                return None, (), result.reason
-            fitted = result.fitted
-            cells = frozenset(c.host_cell_id for c in fitted.cells)
-        picks: tuple = ()
-        if spec.pci_requests:
-            from pci import errors as pci_errors
-            from pci import matching
-
-            try:
-                _, picks = matching.apply_requests(self.pci_pools, spec.pci_requests,
-                                                   numa_cells=cells,
-                                                   socket_of=self._socket_of())
-            except pci_errors.PciError:
-                return fitted, (), self.pci_reason(spec, cells)
-        return fitted, picks, None
-
-    def consume_from_request(self, spec, persist: Callable[[HostState, Consumed], Consumed]
-                             | None = None) -> Consumed:
-        """Re-check and consume the request on this host under its lock.
-
-        ``persist`` writes the claim (compare-and-swap on ``generation``) and
-        returns the final ``Consumed`` (with claimed PCI addresses); it raises
-        to abort, in which case nothing here changes. Raises ``ConsumeRefused``
-        when the request no longer fits.
-        """
-        with lockutils.lock(self._lock_name):
-            reason = self.resources_reason(spec)
-            if reason:
-                raise ConsumeRefused(reason)
-            fitted, picks, reason = self.fit_numa_and_pci(spec)
-            if reason:
-                raise ConsumeRefused(reason)
-            consumed = Consumed(node_id=self.node_id, numa_fitted=fitted, pci_picks=picks,
-                                generation=self.generation)
-            if persist is not None:
-                consumed = persist(self, consumed)
-            self._apply(spec, consumed)
-            return consumed
-
-    def _apply(self, spec, consumed: Consumed) -> None:
-        """Subtract the request (after the claim succeeded); stamps ``updated``."""
+    # -- changes (by the HostManager, under this host's lock) -----------------
+    def apply(self, spec, consumed: Consumed) -> None:
+        """Subtract a persisted claim; stamps ``updated`` (seed 000)."""
         self.memory_mb_used += spec.memory_mb
         self.disk_mb_used += spec.disk_mb
         self.vcpus_used += spec.vcpus
@@ -416,35 +367,33 @@ class HostState:
                 cells = frozenset(c.host_cell_id for c in consumed.numa_fitted.cells)
             self.pci_pools, _ = matching.apply_requests(
                 self.pci_pools, spec.pci_requests, numa_cells=cells,
-                socket_of=self._socket_of())
+                socket_of=self.socket_of())
         if consumed.generation > self.generation:
             self.generation = consumed.generation
         self.updated = utcnow()
-        self.touch()
 
-    def unconsume(self, released) -> bool:
-        """Give back what a release freed (``db.claims.Released``), when this
-        state is exactly the one the release changed (its generation is the one
-        before); False otherwise, and the caller re-reads the host."""
-        with lockutils.lock(self._lock_name):
-            if self.generation != released.generation - 1:
-                return False
-            self.memory_mb_used -= released.memory_mb
-            self.disk_mb_used -= released.disk_mb
-            self.vcpus_used -= released.vcpus
-            self.num_instances -= 1
-            self.num_io_ops = max(0, self.num_io_ops - 1)
-            if released.numa_topology is not None:
-                self.numa_topology = _host_topology(released.numa_topology)
-            if released.pci_pools is not None:
-                self.pci_pools = released.pci_pools
-            self.generation = released.generation
-            self.updated = utcnow()
-            self.touch()
-            return True
+    def unapply(self, released) -> bool:
+        """Give back what a release freed (``db.claims.Released``), when this state
+        is exactly the one the release changed (its generation is the one
+        before); False otherwise (nothing changed; re-read the host)."""
+        if self.generation != released.generation - 1:
+            return False
+        self.memory_mb_used -= released.memory_mb
+        self.disk_mb_used -= released.disk_mb
+        self.vcpus_used -= released.vcpus
+        self.num_instances -= 1
+        self.num_io_ops = max(0, self.num_io_ops - 1)
+        if released.numa_topology is not None:
+            self.numa_topology = _host_topology(released.numa_topology)
+        if released.pci_pools is not None:
+            self.pci_pools = released.pci_pools
+        self.generation = released.generation
+        self.updated = utcnow()
+        return True
 
     def lock(self):
-        """The per-host lock (for refreshes that must not interleave with consume)."""
+        """The per-host lock: held while a claim is checked, persisted and applied,
+        and while a refresh rewrites the host."""
         return lockutils.lock(self._lock_name)
 
     def numa_json(self) -> str | None:
@@ -453,28 +402,20 @@ class HostState:
         return json.dumps(self.numa_topology.to_primitive(), sort_keys=True)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fit:
+    """``HostState.fit``'s answer: the fitted guest topology (None without one),
+    the PCI picks ``((request_index, PoolKey, count), ...)``, or a reason."""
 
-_TOKENS: dict = {}
-_SPEC_TOKENS: dict = {}
-_NEXT_TOKEN = itertools.count(1)
+    numa_fitted: Any
+    pci_picks: tuple
+    reason: str | None
+
+    @property
+    def fits(self) -> bool:
+        return self.reason is None
 
 
-def request_token(spec) -> int:
-    """A small int naming what a request asks of NUMA and PCI (guest topology,
-    device counts, specs and policies; not the per-request ids): the same for
-    every request that asks the same, never reused for anything else."""
-    cached = _SPEC_TOKENS.get(id(spec))
-    if cached is not None and cached[0] is spec:
-        return cached[1]
-    key = (spec.numa_topology,
-           tuple((r.count, tuple(tuple(sorted(d.items())) for d in r.specs), r.numa_policy,
-                  r.alias_name) for r in spec.pci_requests))
-    value = _TOKENS.get(key)
-    if value is None:
-        if len(_TOKENS) > 10000:
-            _TOKENS.clear()
-        value = _TOKENS[key] = next(_NEXT_TOKEN)
-    if len(_SPEC_TOKENS) > 64:
-        _SPEC_TOKENS.clear()
-    _SPEC_TOKENS[id(spec)] = (spec, value)
-    return value
+#: (request fit_key, host fit_signature) -> Fit, oldest evicted first.
+_FITS: collections.OrderedDict = collections.OrderedDict()
+_MAX_FITS = 20000

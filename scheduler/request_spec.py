@@ -254,6 +254,9 @@ class RequestSpec:
     ignore_hosts: tuple[str, ...] = ()
     numa_topology: Any = None
     raw_pci_requests: tuple = ()
+    #: What the request asks of a host's NUMA cells and PCI devices (guest
+    #: topology, device counts, specs, policies): equal keys get equal fits.
+    fit_key: Any = None
 
     # -- derived values -------------------------------------------------
     @property
@@ -320,11 +323,11 @@ class RequestSpec:
             ignore_hosts=_str_list(data.get("ignore_hosts"), "ignore_hosts"),
             raw_pci_requests=tuple(raw_pci),
         )
-        return dataclasses.replace(
-            spec,
-            numa_topology=_numa_topology(flavor, image),
-            pci_requests=_pci_requests(flavor, image, raw_pci, pci_aliases or {}),
-        )
+        numa_topology = _numa_topology(flavor, image)
+        pci_requests = _pci_requests(flavor, image, raw_pci, pci_aliases or {})
+        return dataclasses.replace(spec, numa_topology=numa_topology,
+                                   pci_requests=pci_requests,
+                                   fit_key=_fit_key(numa_topology, pci_requests))
 
     def to_primitive(self) -> dict:
         out: dict[str, Any] = {
@@ -353,6 +356,12 @@ class RequestSpec:
 
     def replace(self, **changes) -> RequestSpec:
         return dataclasses.replace(self, **changes)
+
+
+def _fit_key(numa_topology: Any, pci_requests: tuple) -> tuple:
+    return (numa_topology,
+            tuple((r.count, tuple(tuple(sorted(d.items())) for d in r.specs), r.numa_policy,
+                   r.alias_name) for r in pci_requests))
 
 
 def _numa_topology(flavor: Flavor, image: Image):

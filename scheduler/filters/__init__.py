@@ -1,53 +1,65 @@
-"""Host filters: one per module, loaded by name through stevedore.
+"""Host filters: the plugin contract. One filter per module, loaded by name
+through stevedore (namespace ``berth.scheduler.filters``).
 
-A filter answers *why not*: ``host_passes`` returns ``None`` when the host can
-take the request, or a short reason. Hosts failing for the same cause must get
-the same text (NoValidHost groups reasons by text), so put request values in
-the text, not host values: ``"insufficient RAM: need 8192 MB"``.
+A filter answers *why not*. It has one rule, written in one of two forms:
 
-A new filter is a dozen lines::
+* **per host** — ``host_passes(host, state)`` returns ``None`` when the host can
+  take the request, or a short non-empty reason. This is the simple form and
+  works everywhere. A filter whose answer depends only on some attributes of
+  the host adds ``class_key(host)``: hosts with equal keys form one class and
+  are asked once per request (Nomad's computed node classes), so identical
+  hosts cost one check. With ``memo_key(state)`` as well, a class's answer is
+  remembered across requests that have the same memo key.
+* **vector** — ``refusals(cols, state)`` returns ``[(reason, refused), ...]``
+  over the rows of a :class:`scheduler.host_columns.HostColumns` (``refused``
+  a bool array, or one bool for every row); a host refused by several entries
+  gets the first reason. The per-host answer is derived from it, so there is
+  nothing to keep in step.
+
+``prepare(request)`` (optional) turns the :class:`scheduler.plugins.RequestContext`
+into the filter's per-request state, which the check receives; it returns
+``SKIP`` when every host passes (e.g. no zone requested). Without it the
+check receives the request context itself.
+
+Hosts failing for the same cause must get the same text (NoValidHost groups
+reasons by text), so put request values in the text, not host values:
+``"insufficient RAM: need 8192 MB"``. A reason that is not a non-empty string
+is a plugin error (the request fails with ``PluginError`` naming the filter),
+the same on every path.
+
+A new filter is a few lines::
 
     class GoldOnlyFilter(BaseHostFilter):
-        def host_passes(self, host, spec, ctx):
+        def host_passes(self, host, request):
             if host.stats.get("tier") != "gold":
                 return "not a gold host"
             return None
 
+        def class_key(self, host):          # optional: one check per tier
+            return host.stats.get("tier")
+
 registered under ``berth.scheduler.filters`` in its package's entry points.
+``scheduler.testing.check_filter`` checks a filter's answers (and, when it has
+both forms, that they agree) on random fleets.
 """
 from __future__ import annotations
 
-import dataclasses
-import datetime
-from collections.abc import Mapping
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from scheduler.plugins import SKIP, RequestContext, overrides
 
 FILTER_NAMESPACE = "berth.scheduler.filters"
 
-
-@dataclasses.dataclass
-class FilterContext:
-    """Per-request values shared by filters and weighers (computed once).
-
-    ``group_hosts`` counts, per host name, the members of the request's server
-    group placed there (including instances placed earlier in this request).
-    """
-
-    now: datetime.datetime
-    conf: object
-    group_hosts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+__all__ = ["FILTER_NAMESPACE", "SKIP", "BaseHostFilter", "RequestContext"]
 
 
 class BaseHostFilter:
-    """Base class of every filter."""
+    """Base class of every filter. Override ``host_passes`` or ``refusals``."""
 
-    #: The answer depends only on the request, not on instances placed earlier
-    #: in the same multi-instance request: evaluate once per request.
+    #: The answer does not depend on instances placed earlier in the same
+    #: multi-instance request: the first instance's answers are reused.
     run_filter_once_per_request = False
-
-    #: Every host this filter removes for a given request gets the same reason
-    #: text (e.g. "insufficient RAM: need 8192 MB"), so explaining a NoValidHost
-    #: needs the text of one of them, not of each.
-    uniform_reason = False
 
     def __init__(self, conf) -> None:
         self.conf = conf
@@ -56,30 +68,47 @@ class BaseHostFilter:
     def name(self) -> str:
         return type(self).__name__
 
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        """``None`` if ``host`` can take ``spec``; otherwise a short reason."""
+    def prepare(self, request: RequestContext) -> Any:
+        """The per-request state the check receives, or ``SKIP`` when every host
+        passes. Called once per instance of a request (once per request for
+        ``run_filter_once_per_request`` filters)."""
+        return request
+
+    def host_passes(self, host, state) -> str | None:
+        """Per-host form: ``None`` if ``host`` (a HostState) can take the request,
+        otherwise a short non-empty reason."""
         raise NotImplementedError
 
-    def is_noop(self, spec) -> bool:
-        """True when this filter passes every host for ``spec`` (e.g. a NUMA
-        filter for a request without a NUMA topology): the fast path skips it."""
-        return False
+    def refusals(self, cols, state) -> Sequence[tuple[str, Any]]:
+        """Vector form: ``[(reason, refused_rows_mask_or_bool), ...]`` over the rows
+        of ``cols``; empty when every row passes."""
+        raise NotImplementedError
 
-    def filter_vector(self, cols, spec, ctx: FilterContext):
-        """Optional fast path: a numpy bool mask over ``cols`` (HostColumns) rows,
-        True where ``host_passes`` would return None; or None when this filter
-        (or this request) has no vector form, and ``host_passes`` runs per host.
-        A test checks every vector form against ``host_passes``."""
+    def class_key(self, host) -> Hashable:
+        """Optional, per-host form only: hosts with equal keys get the same answer
+        for the same state. Computed when a host changes, never per request."""
+        raise NotImplementedError
+
+    def memo_key(self, state) -> Hashable | None:
+        """Optional, with ``class_key``: what the answer depends on in ``state``;
+        class answers are remembered across requests with equal memo keys.
+        ``None``: remember within the request only."""
         return None
 
-    def filter_all(self, hosts: list, spec, ctx: FilterContext):
-        """Split ``hosts`` into (passed, [(host, reason), ...])."""
-        passed, failed = [], []
-        check = self.host_passes
-        for host in hosts:
-            reason = check(host, spec, ctx)
-            if reason is None:
-                passed.append(host)
-            else:
-                failed.append((host, reason))
-        return passed, failed
+    def class_applies(self, state) -> bool:
+        """Whether ``class_key`` classes answer for this request (a filter whose
+        rule sometimes reads more than the key covers returns False then)."""
+        return True
+
+    # -- what the framework asks ----------------------------------------------
+    @property
+    def has_vector(self) -> bool:
+        return overrides(self, BaseHostFilter, "refusals")
+
+    @property
+    def has_per_host(self) -> bool:
+        return overrides(self, BaseHostFilter, "host_passes")
+
+    @property
+    def has_classes(self) -> bool:
+        return overrides(self, BaseHostFilter, "class_key")

@@ -1,7 +1,8 @@
 """AggregateDiskFilter: DiskFilter with the ratio from aggregate metadata.
 
 The ratio is the host's aggregates' ``disk_allocation_ratio`` (the smallest when
-they disagree; invalid values are ignored), else the host's own ratio.
+they disagree; values that are not finite numbers are ignored), else the host's
+own ratio.
 """
 from __future__ import annotations
 
@@ -13,12 +14,6 @@ from scheduler.filters.disk import DiskFilter
 class AggregateDiskFilter(DiskFilter):
     """DiskFilter honouring ``disk_allocation_ratio`` aggregate metadata."""
 
-    def disk_limit(self, host) -> float:
-        ratio = host.disk_allocation_ratio
-        if host.aggregates:
-            ratio = host.aggregate_min_float("disk_allocation_ratio", ratio)
-        return (host.local_gb * 1024 - host.reserved_host_disk_mb) * ratio
-
-    def disk_limit_vector(self, cols):
+    def disk_limit(self, cols):
         values, present = cols.aggregate_min("disk_allocation_ratio")
         return cols.disk_usable * np.where(present, values, cols.disk_ratio)

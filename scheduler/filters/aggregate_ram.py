@@ -1,7 +1,8 @@
 """AggregateRamFilter: RamFilter with the ratio from aggregate metadata.
 
 The ratio is the host's aggregates' ``ram_allocation_ratio`` (the smallest when
-they disagree; invalid values are ignored), else the host's own ratio.
+they disagree; values that are not finite numbers are ignored), else the host's
+own ratio.
 """
 from __future__ import annotations
 
@@ -13,12 +14,6 @@ from scheduler.filters.ram import RamFilter
 class AggregateRamFilter(RamFilter):
     """RamFilter honouring ``ram_allocation_ratio`` aggregate metadata."""
 
-    def memory_limit(self, host) -> float:
-        ratio = host.ram_allocation_ratio
-        if host.aggregates:
-            ratio = host.aggregate_min_float("ram_allocation_ratio", ratio)
-        return (host.memory_mb - host.reserved_host_memory_mb) * ratio
-
-    def memory_limit_vector(self, cols):
+    def memory_limit(self, cols):
         values, present = cols.aggregate_min("ram_allocation_ratio")
         return cols.memory_usable * np.where(present, values, cols.ram_ratio)

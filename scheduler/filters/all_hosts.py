@@ -1,7 +1,7 @@
 """AllHostsFilter: passes every host (a no-op, for testing and tiny fleets)."""
 from __future__ import annotations
 
-from scheduler.filters import BaseHostFilter, FilterContext
+from scheduler.filters import SKIP, BaseHostFilter
 
 
 class AllHostsFilter(BaseHostFilter):
@@ -9,11 +9,8 @@ class AllHostsFilter(BaseHostFilter):
 
     run_filter_once_per_request = True
 
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        return None
+    def prepare(self, request):
+        return SKIP
 
-    def is_noop(self, spec) -> bool:
-        return True
-
-    def filter_all(self, hosts: list, spec, ctx: FilterContext):
-        return list(hosts), []
+    def refusals(self, cols, state):
+        return []

@@ -6,35 +6,35 @@ separated by commas), else the default zone. No zone requested: every host passe
 """
 from __future__ import annotations
 
-import numpy as np
+from scheduler.filters import SKIP, BaseHostFilter
 
-from scheduler.filters import BaseHostFilter, FilterContext
+
+def host_zones(host) -> frozenset[str]:
+    """Every zone ``host`` is in."""
+    zones = {host.availability_zone} if host.availability_zone else set()
+    for agg in host.aggregates:
+        value = agg.metadata.get("availability_zone")
+        if value:
+            zones.update(z.strip() for z in value.split(","))
+    return frozenset(zones)
 
 
 class AvailabilityZoneFilter(BaseHostFilter):
     """Removes hosts outside the requested availability zone."""
 
-    uniform_reason = True
-
     # A host's zone does not change between the instances of one request.
     run_filter_once_per_request = True
 
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        zone = spec.availability_zone
-        if not zone or host.availability_zone == zone:
+    def prepare(self, request):
+        return request.spec.availability_zone or SKIP
+
+    def class_key(self, host):
+        return host_zones(host)
+
+    def memo_key(self, zone: str):
+        return zone
+
+    def host_passes(self, host, zone: str) -> str | None:
+        if zone in host_zones(host):
             return None
-        for agg in host.aggregates:
-            value = agg.metadata.get("availability_zone")
-            if value and zone in (z.strip() for z in value.split(",")):
-                return None
         return f"not in {zone}"
-
-    def is_noop(self, spec) -> bool:
-        return not spec.availability_zone
-
-    def filter_vector(self, cols, spec, ctx: FilterContext):
-        mask = cols.az_code == cols.az(spec.availability_zone)
-        # Hosts whose aggregates list further zones: ask host_passes.
-        for i in np.flatnonzero(cols.az_extra & ~mask).tolist():
-            mask[i] = self.host_passes(cols.hosts[i], spec, ctx) is None
-        return mask

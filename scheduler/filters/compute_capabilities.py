@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scheduler.filters import BaseHostFilter, FilterContext
+from scheduler.filters import SKIP, BaseHostFilter
 from scheduler.filters.extra_specs_ops import Predicate, compile_requirement
 
 SCOPE = "capabilities"
@@ -112,31 +112,60 @@ def _lookup(host, item: _Requirement) -> Any:
     return value
 
 
+#: Host attributes that change with placements or are unique per host: a
+#: request reading them is answered host by host, not per class.
+_PER_HOST = frozenset({"host", "nodename", "uuid", "host_ip", "vcpus_used", "free_vcpus",
+                       "memory_mb_used", "free_ram_mb", "disk_mb_used", "free_disk_mb",
+                       "num_instances", "num_io_ops", "failed_builds"})
+
+
+class _Request:
+    """The checked extra specs of one request, parsed once."""
+
+    __slots__ = ("items", "key", "per_host")
+
+    def __init__(self, items: tuple[_Requirement, ...], key: tuple) -> None:
+        self.items = items
+        self.key = key
+        self.per_host = any(item.attribute in _PER_HOST for item in items)
+
+
 class ComputeCapabilitiesFilter(BaseHostFilter):
-    """Removes hosts whose capabilities don't satisfy the flavor's extra specs."""
+    """Removes hosts whose capabilities don't satisfy the flavor's extra specs.
+    Hosts with the same static capabilities are asked once, unless the request
+    reads a usage counter or a per-host name."""
 
     # Capabilities may name usage counters (num_instances, free_ram_mb…) that
     # change as earlier instances of the request are placed.
     run_filter_once_per_request = False
 
-    def __init__(self, conf) -> None:
-        super().__init__(conf)
-        self._parsed: tuple = (None, ())
+    def prepare(self, request):
+        specs = request.spec.extra_specs
+        items = parse_extra_specs(specs)
+        if not items:
+            return SKIP
+        return _Request(items, tuple(sorted(specs.items())))
 
-    def requirements(self, spec) -> tuple[_Requirement, ...]:
-        cached = self._parsed
-        if cached[0] is not spec:
-            cached = self._parsed = (spec, parse_extra_specs(spec.extra_specs))
-        return cached[1]
+    def class_key(self, host):
+        return (host.hypervisor_type, host.hypervisor_version,
+                json.dumps(host.cpu_info, sort_keys=True, default=str),
+                tuple(tuple(inst) for inst in host.supported_instances),
+                host.availability_zone, json.dumps(host.stats, sort_keys=True, default=str),
+                json.dumps(host.metrics, sort_keys=True, default=str), host.vcpus,
+                host.memory_mb, host.local_gb, host.cpu_allocation_ratio,
+                host.ram_allocation_ratio, host.disk_allocation_ratio)
 
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        for item in self.requirements(spec):
+    def class_applies(self, req: _Request) -> bool:
+        return not req.per_host
+
+    def memo_key(self, req: _Request):
+        return req.key
+
+    def host_passes(self, host, req: _Request) -> str | None:
+        for item in req.items:
             if item.unscoped and item.attribute is None and item.first not in host.stats:
                 continue
             value = _lookup(host, item)
             if value is None or not item.check(_as_text(value)):
                 return item.reason
         return None
-
-    def is_noop(self, spec) -> bool:
-        return not self.requirements(spec)

@@ -14,9 +14,7 @@ import operator
 import re
 from collections.abc import Callable
 
-import numpy as np
-
-from scheduler.filters import BaseHostFilter, FilterContext
+from scheduler.filters import SKIP, BaseHostFilter
 
 _ARCH_ALIASES = {"i386": "i686", "i486": "i686", "i586": "i686", "x86_32": "i686",
                  "x86_32p": "i686", "amd64": "x86_64", "x64": "x86_64"}
@@ -72,10 +70,10 @@ def parse_version_requirement(text: str) -> VersionCheck | None:
     return check
 
 
-class _ImageRequirement:
+class ImageRequirement:
     """What one request's image asks of a host (parsed once per request)."""
 
-    __slots__ = ("values", "version_check", "reason", "invalid")
+    __slots__ = ("values", "version_check", "reason", "invalid", "key")
 
     def __init__(self, props) -> None:
         arch = _canonical(props.get("hw_architecture"), _ARCH_ALIASES)
@@ -97,6 +95,8 @@ class _ImageRequirement:
             self.reason = f"invalid image property {version_key}: {version_req!r}"
         else:
             self.reason = "image properties not supported: " + ", ".join(asked)
+        #: Everything the answer depends on in the request.
+        self.key = (self.values, version_req, self.invalid)
 
     @property
     def empty(self) -> bool:
@@ -104,25 +104,25 @@ class _ImageRequirement:
 
 
 class ImagePropertiesFilter(BaseHostFilter):
-    """Removes hosts that cannot run the image (architecture, hypervisor, VM mode)."""
+    """Removes hosts that cannot run the image (architecture, hypervisor, VM mode,
+    hypervisor version); hosts with the same supported instances and hypervisor
+    version are asked once."""
 
     # A host's supported instances and hypervisor don't change within a request.
     run_filter_once_per_request = True
 
-    def __init__(self, conf) -> None:
-        super().__init__(conf)
-        self._parsed: tuple = (None, None)
+    def prepare(self, request):
+        req = ImageRequirement(request.spec.image.properties)
+        return SKIP if req.empty else req
 
-    def requirement(self, spec) -> _ImageRequirement:
-        cached = self._parsed
-        if cached[0] is not spec:
-            cached = self._parsed = (spec, _ImageRequirement(spec.image.properties))
-        return cached[1]
+    def class_key(self, host):
+        return (tuple(tuple(inst) for inst in host.supported_instances),
+                host.hypervisor_version)
 
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        req = self.requirement(spec)
-        if req.empty:
-            return None
+    def memo_key(self, req: ImageRequirement):
+        return req.key
+
+    def host_passes(self, host, req: ImageRequirement) -> str | None:
         if req.invalid:
             return req.reason
         values = req.values
@@ -139,20 +139,3 @@ class ImagePropertiesFilter(BaseHostFilter):
         if check is not None and host.hypervisor_version and not check(host.hypervisor_version):
             return req.reason
         return None
-
-    def is_noop(self, spec) -> bool:
-        return self.requirement(spec).empty
-
-    def filter_vector(self, cols, spec, ctx: FilterContext):
-        req = self.requirement(spec)
-        if req.invalid:
-            return np.zeros(cols.n, dtype=bool)
-        if req.values:
-            return None     # supported_instances has no column
-        # Only a version requirement: decide once per distinct version.
-        check = req.version_check
-        versions = cols.hypervisor_version
-        distinct = np.unique(versions).tolist()
-        if distinct and max(-distinct[0], distinct[-1]) >= 2 ** 53:
-            return None     # not exact as a float
-        return np.isin(versions, [v for v in distinct if not v or check(int(v))])

@@ -26,7 +26,6 @@ LIST_OPTS = [("filter_scheduler", io_ops_opts)]
 class IoOpsFilter(CountLimitFilter):
     """Removes hosts with ``max_io_ops_per_host`` or more I/O operations in progress."""
 
-    host_attr = "num_io_ops"
     column = "num_io_ops"
     option = "max_io_ops_per_host"
     reason = "max I/O operations per host reached ({limit})"

@@ -22,7 +22,6 @@ LIST_OPTS = [("filter_scheduler", num_instances_opts)]
 class NumInstancesFilter(CountLimitFilter):
     """Removes hosts already running ``max_instances_per_host`` instances."""
 
-    host_attr = "num_instances"
     column = "num_instances"
     option = "max_instances_per_host"
     reason = "max instances per host reached ({limit})"

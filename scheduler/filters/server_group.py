@@ -1,62 +1,54 @@
 """ServerGroupAffinityFilter and ServerGroupAntiAffinityFilter (hard policies).
 
-Both read ``ctx.group_hosts`` (host -> members of the request's server group
-there, including instances placed earlier in the same request); they do
-nothing for requests without a group or with another policy.
+Both read ``request.group_hosts`` (host -> members of the request's server group
+there, including instances placed earlier in the same request); they pass
+every host for requests without a group or with another policy. The claim
+transaction enforces the same policies again in the database, so schedulers
+with stale caches cannot break them either.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from scheduler.filters import BaseHostFilter, FilterContext
+from scheduler.filters import SKIP, BaseHostFilter
 
 
 class ServerGroupAffinityFilter(BaseHostFilter):
     """Policy ``affinity``: once the group has members, only their hosts pass."""
 
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        group = spec.instance_group
+    def prepare(self, request):
+        group = request.spec.instance_group
         if group is None or group.policy != "affinity":
-            return None
-        members = ctx.group_hosts
-        if not members or members.get(host.host):
-            return None
-        if not any(members.values()):
-            return None
-        return f"not a host of affinity group {group.uuid}"
+            return SKIP
+        members = [h for h, n in request.group_hosts.items() if n]
+        if not members:
+            return SKIP
+        return (group.uuid, tuple(members))
 
-    def is_noop(self, spec) -> bool:
-        group = spec.instance_group
-        return group is None or group.policy != "affinity"
-
-    def filter_vector(self, cols, spec, ctx: FilterContext):
-        members = ctx.group_hosts
-        if not members or not any(members.values()):
-            return np.ones(cols.n, dtype=bool)
-        mask = np.zeros(cols.n, dtype=bool)
-        mask[cols.host_indexes([h for h, n in members.items() if n])] = True
-        return mask
+    def refusals(self, cols, state):
+        group_uuid, members = state
+        refused = np.ones(cols.n, dtype=bool)
+        refused[cols.host_indexes(members)] = False
+        return [(f"not a host of affinity group {group_uuid}", refused)]
 
 
 class ServerGroupAntiAffinityFilter(BaseHostFilter):
     """Policy ``anti-affinity``: at most ``max_server_per_host`` members (default 1)
     of the group per host."""
 
-    def host_passes(self, host, spec, ctx: FilterContext) -> str | None:
-        group = spec.instance_group
+    def prepare(self, request):
+        group = request.spec.instance_group
         if group is None or group.policy != "anti-affinity":
-            return None
+            return SKIP
         limit = group.max_server_per_host or 1
-        if ctx.group_hosts.get(host.host, 0) >= limit:
-            return f"anti-affinity group {group.uuid}: max {limit} member(s) per host"
-        return None
+        full = [h for h, n in request.group_hosts.items() if n >= limit]
+        if not full:
+            return SKIP
+        return (group.uuid, limit, tuple(full))
 
-    def is_noop(self, spec) -> bool:
-        group = spec.instance_group
-        return group is None or group.policy != "anti-affinity"
-
-    def filter_vector(self, cols, spec, ctx: FilterContext):
-        limit = spec.instance_group.max_server_per_host or 1
-        mask = np.ones(cols.n, dtype=bool)
-        mask[cols.host_indexes([h for h, n in ctx.group_hosts.items() if n >= limit])] = False
-        return mask
+    def refusals(self, cols, state):
+        group_uuid, limit, full = state
+        refused = np.zeros(cols.n, dtype=bool)
+        refused[cols.host_indexes(full)] = True
+        return [(f"anti-affinity group {group_uuid}: max {limit} member(s) per host",
+                 refused)]

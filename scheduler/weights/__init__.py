@@ -1,18 +1,33 @@
-"""Weighers: one per module, loaded by name through stevedore.
+"""Weighers: the plugin contract. One weigher per module, loaded by name through
+stevedore (namespace ``berth.scheduler.weights``).
 
-Each weigher returns a raw weight per host; the scheduler min-max normalises
-the raw weights over the current candidates to [0, 1] (all equal -> all 0),
-multiplies by the weigher's multiplier (overridable per aggregate through the
-metadata key named by ``aggregate_multiplier_key``) and sums over weighers.
-The highest total wins. Weighers keep no state between requests.
+A weigher gives each candidate host a raw weight, in one of two forms:
+``weigh_vector(cols, state)`` (a float64 array over the rows of a
+:class:`scheduler.host_columns.HostColumns`, or one number when every host
+weighs the same) or ``weigh(host, state)`` per host (simple, slower).
+``prepare(request)`` (optional) builds the per-request state and returns
+``SKIP`` when every host would weigh the same (such a weigher changes no
+order and is not asked).
+
+The scheduler min-max normalises each weigher's raw weights over the
+candidates to [0, 1] (all equal -> all 0), multiplies them by the weigher's
+multiplier — ``[filter_scheduler] <multiplier_option>``, or for hosts in an
+aggregate whose metadata sets ``aggregate_multiplier_key``, the smallest valid
+value there — and sums over weighers. The highest total wins.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from scheduler.plugins import SKIP, RequestContext, overrides
+
 WEIGHER_NAMESPACE = "berth.scheduler.weights"
+
+__all__ = ["SKIP", "WEIGHER_NAMESPACE", "BaseWeigher", "RequestContext"]
 
 
 class BaseWeigher:
-    """Base class of every weigher."""
+    """Base class of every weigher. Override ``weigh`` or ``weigh_vector``."""
 
     #: Option in [filter_scheduler] holding the multiplier (e.g. ram_weight_multiplier).
     multiplier_option: str | None = None
@@ -27,37 +42,24 @@ class BaseWeigher:
         return type(self).__name__
 
     def base_multiplier(self) -> float:
+        """The configured multiplier (1.0 without ``multiplier_option``)."""
         if self.multiplier_option is None:
             return 1.0
         return float(getattr(self.conf.filter_scheduler, self.multiplier_option))
 
-    def weight_multiplier(self, host) -> float:
-        """The multiplier for ``host``: the aggregate override if any (the
-        smallest when several aggregates set it), else the configured one."""
-        base = self.base_multiplier()
-        if self.aggregate_multiplier_key and host.aggregates:
-            return host.aggregate_min_float(self.aggregate_multiplier_key, base)
-        return base
+    def prepare(self, request: RequestContext) -> Any:
+        """The per-request state the weigh method receives, or ``SKIP``."""
+        return request
 
-    def weigh(self, host, spec, ctx) -> float:
-        """The raw (un-normalised) weight of ``host`` for ``spec``."""
+    def weigh(self, host, state) -> float:
+        """Per-host form: the raw (un-normalised) weight of ``host``."""
         raise NotImplementedError
 
-    def weigh_vector(self, cols, spec, ctx):
-        """Optional fast path: raw weights of every ``cols`` row as a float64
-        numpy array (equal to ``weigh`` per host; read, never written, by the
-        caller, so a column itself may be returned), a number when every
-        host weighs the same (such a weigher changes no order and is skipped),
-        or None to call ``weigh`` per host."""
-        return None
+    def weigh_vector(self, cols, state):
+        """Vector form: raw weights of every row of ``cols`` (float64 array; read,
+        never written, so a column itself may be returned) or one number."""
+        raise NotImplementedError
 
-
-def normalize(values: list[float]) -> list[float]:
-    """Min-max normalise to [0, 1]; all equal gives all 0."""
-    if not values:
-        return []
-    lo, hi = min(values), max(values)
-    if hi == lo:
-        return [0.0] * len(values)
-    span = hi - lo
-    return [(v - lo) / span for v in values]
+    @property
+    def has_vector(self) -> bool:
+        return overrides(self, BaseWeigher, "weigh_vector")

@@ -1,16 +1,17 @@
 """ServerGroupSoftAffinityWeigher and ServerGroupSoftAntiAffinityWeigher.
 
 For the soft policies, the weight counts the request's group members already on
-the host (``ctx.group_hosts``, earlier instances of the same request included):
-soft-affinity prefers hosts with more members, soft-anti-affinity fewer. Other
-requests weigh 0 everywhere (so these weighers don't change their order).
+the host (``request.group_hosts``, earlier instances of the same request
+included): soft-affinity prefers hosts with more members, soft-anti-affinity
+fewer. Other requests (and groups without members yet) weigh the same
+everywhere, so these weighers are skipped for them.
 """
 from __future__ import annotations
 
 import numpy as np
 from oslo_config import cfg
 
-from scheduler.weights import BaseWeigher
+from scheduler.weights import SKIP, BaseWeigher
 
 soft_affinity_weight_opts = [
     cfg.FloatOpt("soft_affinity_weight_multiplier",
@@ -32,22 +33,21 @@ cfg.CONF.register_opts(soft_affinity_weight_opts, group="filter_scheduler")
 LIST_OPTS = [("filter_scheduler", soft_affinity_weight_opts)]
 
 
-def _members_on_host(host, spec, ctx, policy: str) -> int:
-    group = spec.instance_group
+def _members(request, policy: str):
+    """The request's group members per host when its group has ``policy`` and
+    members somewhere; else ``SKIP`` (every host weighs 0)."""
+    group = request.spec.instance_group
     if group is None or group.policy != policy:
-        return 0
-    return ctx.group_hosts.get(host.host, 0)
+        return SKIP
+    members = {h: n for h, n in request.group_hosts.items() if n}
+    return members or SKIP
 
 
-def _members_vector(cols, spec, ctx, policy: str, sign: float):
-    """``sign`` × the members of the request's ``policy`` group on each row's host."""
-    group = spec.instance_group
-    if group is None or group.policy != policy:
-        return 0.0                      # 0 everywhere
+def _members_vector(cols, members, sign: float):
+    """``sign`` × the group's members on each row's host."""
     out = np.zeros(cols.n, dtype=np.float64)
-    for host, members in ctx.group_hosts.items():
-        if members:
-            out[cols.index_by_host.get(host, [])] = sign * members
+    for host, count in members.items():
+        out[cols.index_by_host.get(host, [])] = sign * count
     return out
 
 
@@ -57,11 +57,11 @@ class ServerGroupSoftAffinityWeigher(BaseWeigher):
     multiplier_option = "soft_affinity_weight_multiplier"
     aggregate_multiplier_key = "soft_affinity_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return _members_on_host(host, spec, ctx, "soft-affinity")
+    def prepare(self, request):
+        return _members(request, "soft-affinity")
 
-    def weigh_vector(self, cols, spec, ctx):
-        return _members_vector(cols, spec, ctx, "soft-affinity", 1.0)
+    def weigh_vector(self, cols, members):
+        return _members_vector(cols, members, 1.0)
 
 
 class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
@@ -70,8 +70,8 @@ class ServerGroupSoftAntiAffinityWeigher(BaseWeigher):
     multiplier_option = "soft_anti_affinity_weight_multiplier"
     aggregate_multiplier_key = "soft_anti_affinity_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return -_members_on_host(host, spec, ctx, "soft-anti-affinity")
+    def prepare(self, request):
+        return _members(request, "soft-anti-affinity")
 
-    def weigh_vector(self, cols, spec, ctx):
-        return _members_vector(cols, spec, ctx, "soft-anti-affinity", -1.0)
+    def weigh_vector(self, cols, members):
+        return _members_vector(cols, members, -1.0)

@@ -27,8 +27,5 @@ class BuildFailureWeigher(BaseWeigher):
     multiplier_option = "build_failure_weight_multiplier"
     aggregate_multiplier_key = "build_failure_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return -host.failed_builds
-
-    def weigh_vector(self, cols, spec, ctx):
+    def weigh_vector(self, cols, request):
         return -cols.failed_builds

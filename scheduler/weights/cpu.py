@@ -26,8 +26,5 @@ class CPUWeigher(BaseWeigher):
     multiplier_option = "cpu_weight_multiplier"
     aggregate_multiplier_key = "cpu_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return host.vcpus_limit - host.vcpus_used
-
-    def weigh_vector(self, cols, spec, ctx):
+    def weigh_vector(self, cols, request):
         return cols.vcpus_limit - cols.vcpus_used

@@ -26,8 +26,5 @@ class DiskWeigher(BaseWeigher):
     multiplier_option = "disk_weight_multiplier"
     aggregate_multiplier_key = "disk_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return host.free_disk_mb
-
-    def weigh_vector(self, cols, spec, ctx):
+    def weigh_vector(self, cols, request):
         return cols.free_disk

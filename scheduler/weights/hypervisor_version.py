@@ -25,8 +25,5 @@ class HypervisorVersionWeigher(BaseWeigher):
     multiplier_option = "hypervisor_version_weight_multiplier"
     aggregate_multiplier_key = "hypervisor_version_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return host.hypervisor_version or 0
-
-    def weigh_vector(self, cols, spec, ctx):
+    def weigh_vector(self, cols, request):
         return cols.hypervisor_version

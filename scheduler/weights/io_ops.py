@@ -25,8 +25,5 @@ class IoOpsWeigher(BaseWeigher):
     multiplier_option = "io_ops_weight_multiplier"
     aggregate_multiplier_key = "io_ops_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return host.num_io_ops
-
-    def weigh_vector(self, cols, spec, ctx):
+    def weigh_vector(self, cols, request):
         return cols.num_io_ops

@@ -26,8 +26,5 @@ class NumInstancesWeigher(BaseWeigher):
     multiplier_option = "num_instances_weight_multiplier"
     aggregate_multiplier_key = "num_instances_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return host.num_instances
-
-    def weigh_vector(self, cols, spec, ctx):
+    def weigh_vector(self, cols, request):
         return cols.num_instances

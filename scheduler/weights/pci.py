@@ -19,20 +19,16 @@ LIST_OPTS = [("filter_scheduler", opts)]
 
 
 class PCIWeigher(BaseWeigher):
+    """Raw weight: minus the free PCI devices left on the host after the request."""
+
     multiplier_option = "pci_weight_multiplier"
     aggregate_multiplier_key = "pci_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        free = 0
-        for pool in host.pci_pools:
-            free += pool.count
-        if spec.pci_requests:
-            wanted = sum(r.count for r in spec.pci_requests)
-            return -float(max(free - wanted, 0))
-        return -float(free)
+    def prepare(self, request) -> int:
+        """How many devices the request takes."""
+        return sum(r.count for r in request.spec.pci_requests)
 
-    def weigh_vector(self, cols, spec, ctx):
-        if spec.pci_requests:
-            wanted = sum(r.count for r in spec.pci_requests)
+    def weigh_vector(self, cols, wanted: int):
+        if wanted:
             return -np.maximum(cols.pci_free - wanted, 0.0)
         return -cols.pci_free

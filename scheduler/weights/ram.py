@@ -26,8 +26,5 @@ class RAMWeigher(BaseWeigher):
     multiplier_option = "ram_weight_multiplier"
     aggregate_multiplier_key = "ram_weight_multiplier"
 
-    def weigh(self, host, spec, ctx) -> float:
-        return host.free_ram_mb
-
-    def weigh_vector(self, cols, spec, ctx):
+    def weigh_vector(self, cols, request):
         return cols.free_ram

@@ -4,23 +4,30 @@
 as metadata dicts. ``fake_spec(**overrides)`` takes flavor fields (vcpus,
 memory_mb, root_gb, ephemeral_gb, swap, extra_specs) and top-level payload keys.
 ``config(group, **values)`` overrides options for a ``with`` block.
-``filter_vector`` / ``weigh_vector`` run a vector form over columns of the given
-hosts and check it against the per-host answer.
+``passes`` / ``filter_vector`` give a filter's answers as the scheduler computes
+them, after checking every path (many hosts, one host) and the per-host
+reference agree; ``weigh`` / ``weigh_vector`` / ``multiplier`` likewise for
+weighers.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 from oslo_config import cfg
 
-from scheduler.filters import FilterContext
+from scheduler import testing
+from scheduler.cycle import weigh_multiplier
 from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, HostState
+from scheduler.plugins import RequestContext
 from scheduler.request_spec import RequestSpec
+from tests.unit.scheduler import reference
 
 NOW = datetime.datetime(2024, 1, 1, 12, 0, 0)
 
@@ -68,11 +75,30 @@ def fake_spec(**overrides: Any) -> RequestSpec:
     return RequestSpec.from_primitive(data)
 
 
+@dataclasses.dataclass(frozen=True)
+class Ctx:
+    """What a test says about the world besides the host and the request."""
+
+    now: datetime.datetime = NOW
+    conf: Any = None
+    group_hosts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    instance_nodes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def request(self, spec: RequestSpec, hosts=()) -> RequestContext:
+        """The request as the scheduler would build it; instances on ``hosts``
+        are indexed by node, as the HostManager indexes them."""
+        nodes = {u: h.node_id for h in hosts for u in h.instances}
+        nodes.update(self.instance_nodes)
+        return testing.request(spec, now=self.now, conf=self.conf,
+                               group_hosts=self.group_hosts, instance_nodes=nodes)
+
+
 def ctx(now: datetime.datetime = NOW, conf: Any = None,
-        group_hosts: Mapping[str, int] | None = None) -> FilterContext:
-    """A FilterContext on the global config."""
-    return FilterContext(now=now, conf=conf if conf is not None else cfg.CONF,
-                         group_hosts=dict(group_hosts or {}))
+        group_hosts: Mapping[str, int] | None = None,
+        instance_nodes: Mapping[str, int] | None = None) -> Ctx:
+    """The world of a test, on the global config unless ``conf`` is given."""
+    return Ctx(now=now, conf=conf if conf is not None else cfg.CONF,
+               group_hosts=dict(group_hosts or {}), instance_nodes=dict(instance_nodes or {}))
 
 
 @contextlib.contextmanager
@@ -87,28 +113,52 @@ def config(group: str | None = None, **values: Any) -> Iterator[cfg.ConfigOpts]:
             cfg.CONF.clear_override(name, group=group)
 
 
+def _conformant(flt, hosts, req) -> None:
+    reference_rule = None
+    if flt.has_vector and not flt.has_per_host:
+        reference_rule = reference.filter_rule(flt)
+    testing.check_filter(flt, hosts, [req], reference=reference_rule)
+
+
+def passes(flt, host: HostState, spec: RequestSpec, context: Ctx | None = None) -> str | None:
+    """The scheduler's answer for one host (None: passes), after checking that
+    every path and the per-host reference agree on it."""
+    req = (context or ctx()).request(spec, [host])
+    _conformant(flt, [host], req)
+    return testing.answers(flt, [host], req)[0]
+
+
 def filter_vector(flt, hosts: list[HostState], spec: RequestSpec,
-                  context: FilterContext | None = None) -> list[bool] | None:
-    """``flt.filter_vector`` over columns of ``hosts`` as a list (None when it has no
-    vector form for this request), checked against ``host_passes`` host by host."""
-    context = context or ctx()
-    cols = HostColumns(hosts)
-    vec = flt.filter_vector(cols, spec, context)
-    if vec is None:
-        return None
-    assert list(vec) == [flt.host_passes(h, spec, context) is None for h in hosts]
-    return list(vec)
+                  context: Ctx | None = None) -> list[bool]:
+    """Which of ``hosts`` pass, answered over all of them at once (and checked
+    against every other path and the reference)."""
+    req = (context or ctx()).request(spec, hosts)
+    _conformant(flt, hosts, req)
+    return [a is None for a in testing.answers(flt, hosts, req)]
+
+
+def skips(plugin, spec: RequestSpec, context: Ctx | None = None) -> bool:
+    """Whether the plugin has nothing to say about ``spec`` (``prepare`` -> SKIP)."""
+    return plugin.prepare((context or ctx()).request(spec)) is testing.SKIP
+
+
+def weigh(weigher, host: HostState, spec: RequestSpec, context: Ctx | None = None) -> float:
+    """The raw weight of one host (0.0 when the weigher skips the request)."""
+    return weigh_vector(weigher, [host], spec, context)[0]
 
 
 def weigh_vector(weigher, hosts: list[HostState], spec: RequestSpec,
-                 context: FilterContext | None = None) -> list[float] | None:
-    """``weigher.weigh_vector`` over columns of ``hosts`` as a list, checked
-    against ``weigh`` host by host."""
-    context = context or ctx()
-    vec = weigher.weigh_vector(HostColumns(hosts), spec, context)
-    if vec is None:
-        return None
-    if isinstance(vec, float):          # "the same for every host"
-        vec = [vec] * len(hosts)
-    assert list(vec) == [float(weigher.weigh(h, spec, context)) for h in hosts]
-    return list(vec)
+                 context: Ctx | None = None) -> list[float]:
+    """Raw weights of ``hosts`` as the scheduler computes them (all 0.0 when the
+    weigher skips the request), checked against the reference."""
+    req = (context or ctx()).request(spec)
+    testing.check_weigher(weigher, hosts, [req], reference=reference.WEIGHT_RULES.get(
+        weigher.name))
+    raw = testing.raw_weights(weigher, hosts, req)
+    return [0.0] * len(hosts) if raw is None else raw
+
+
+def multiplier(weigher, host: HostState) -> float:
+    """The multiplier the scheduler applies to ``weigher``'s weight of ``host``."""
+    value = weigh_multiplier(weigher, HostColumns([host]), np.zeros(1, dtype=np.intp))
+    return float(value if np.isscalar(value) else value[0])

@@ -16,7 +16,7 @@ from scheduler import exception
 from scheduler import fleet as fleet_mod
 from scheduler.filter_scheduler import FilterScheduler
 from scheduler.host_manager import HostManager
-from tests.unit.scheduler.test_fast_path import ALIAS, _fleet, _request, conf  # noqa: F401
+from tests.unit.scheduler.test_equivalence import ALIAS, _fleet, _request, conf  # noqa: F401
 
 FIELDS = ("vcpus_used", "memory_mb_used", "disk_mb_used", "num_instances", "num_io_ops",
           "failed_builds", "generation", "numa_topology", "pci_pools", "instances",

@@ -13,35 +13,35 @@ def _spec(**hints):
 
 
 def test_same_host_without_hint_passes():
-    assert SameHostFilter(cfg.CONF).host_passes(fakes.fake_host(), _spec(), fakes.ctx()) is None
+    assert fakes.passes(SameHostFilter(cfg.CONF), fakes.fake_host(), _spec(), fakes.ctx()) is None
 
 
 def test_same_host_passes_where_any_hinted_instance_runs():
     host = fakes.fake_host(instances={U1: None})
     filt = SameHostFilter(cfg.CONF)
-    assert filt.host_passes(host, _spec(same_host=[U2, U1]), fakes.ctx()) is None
+    assert fakes.passes(filt, host, _spec(same_host=[U2, U1]), fakes.ctx()) is None
 
 
 def test_same_host_fails_elsewhere():
     host = fakes.fake_host(instances={U3: None})
-    reason = SameHostFilter(cfg.CONF).host_passes(host, _spec(same_host=[U1]), fakes.ctx())
+    reason = fakes.passes(SameHostFilter(cfg.CONF), host, _spec(same_host=[U1]), fakes.ctx())
     assert reason == "not on the same host as the same_host instances"
 
 
 def test_different_host_without_hint_passes():
     host = fakes.fake_host(instances={U1: None})
-    assert DifferentHostFilter(cfg.CONF).host_passes(host, _spec(), fakes.ctx()) is None
+    assert fakes.passes(DifferentHostFilter(cfg.CONF), host, _spec(), fakes.ctx()) is None
 
 
 def test_different_host_passes_hosts_without_them():
     host = fakes.fake_host(instances={U3: None})
     filt = DifferentHostFilter(cfg.CONF)
-    assert filt.host_passes(host, _spec(different_host=[U1, U2]), fakes.ctx()) is None
+    assert fakes.passes(filt, host, _spec(different_host=[U1, U2]), fakes.ctx()) is None
 
 
 def test_different_host_fails_where_any_runs():
     host = fakes.fake_host(instances={U2: None, U3: None})
-    reason = DifferentHostFilter(cfg.CONF).host_passes(host, _spec(different_host=[U1, U2]),
+    reason = fakes.passes(DifferentHostFilter(cfg.CONF), host, _spec(different_host=[U1, U2]),
                                                        fakes.ctx())
     assert reason == "runs one of the different_host instances"
 

@@ -5,7 +5,7 @@ from tests.unit.scheduler import fakes
 
 
 def _agg_passes(host, vcpus):
-    return AggregateCoreFilter(cfg.CONF).host_passes(host, fakes.fake_spec(vcpus=vcpus),
+    return fakes.passes(AggregateCoreFilter(cfg.CONF), host, fakes.fake_spec(vcpus=vcpus),
                                                      fakes.ctx())
 
 

@@ -9,16 +9,16 @@ def test_aggregate_ratio():
     host = fakes.fake_host(local_gb=100, disk_mb_used=102400, disk_allocation_ratio=1.0,
                            aggregates=[{"disk_allocation_ratio": "1.5"}])
     filt = AggregateDiskFilter(cfg.CONF)
-    assert filt.host_passes(host, fakes.fake_spec(root_gb=50), fakes.ctx()) is None
-    assert filt.host_passes(host, fakes.fake_spec(root_gb=51), fakes.ctx()) == \
+    assert fakes.passes(filt, host, fakes.fake_spec(root_gb=50), fakes.ctx()) is None
+    assert fakes.passes(filt, host, fakes.fake_spec(root_gb=51), fakes.ctx()) == \
         "insufficient disk: need 52224 MB"
-    assert DiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=50),
+    assert fakes.passes(DiskFilter(cfg.CONF), host, fakes.fake_spec(root_gb=50),
                                             fakes.ctx()) is not None
 
 
 def test_aggregate_still_caps_one_instance_at_physical_disk():
     host = fakes.fake_host(local_gb=100, aggregates=[{"disk_allocation_ratio": "10"}])
-    reason = AggregateDiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=101),
+    reason = fakes.passes(AggregateDiskFilter(cfg.CONF), host, fakes.fake_spec(root_gb=101),
                                                        fakes.ctx())
     assert reason == "insufficient disk: need 103424 MB"
 

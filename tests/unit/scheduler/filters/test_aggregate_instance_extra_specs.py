@@ -6,7 +6,7 @@ from tests.unit.scheduler import fakes
 
 
 def _passes(host, extra_specs):
-    return AggregateInstanceExtraSpecsFilter(cfg.CONF).host_passes(
+    return fakes.passes(AggregateInstanceExtraSpecsFilter(cfg.CONF),
         host, fakes.fake_spec(extra_specs=extra_specs), fakes.ctx())
 
 
@@ -67,12 +67,12 @@ def test_shared_aggregates_across_hosts_in_one_request():
     only_ssd = fakes.fake_host("only_ssd", aggregates=[ssd])
     only_gpu = fakes.fake_host("only_gpu", aggregates=[gpu])
     ctx = fakes.ctx()
-    assert filt.host_passes(both, spec, ctx) is None
-    assert filt.host_passes(only_ssd, spec, ctx) == \
+    assert fakes.passes(filt, both, spec, ctx) is None
+    assert fakes.passes(filt, only_ssd, spec, ctx) == \
         "aggregate metadata does not satisfy gpu='a100'"
-    assert filt.host_passes(only_gpu, spec, ctx) == \
+    assert fakes.passes(filt, only_gpu, spec, ctx) == \
         "aggregate metadata does not satisfy ssd='true'"
-    assert filt.host_passes(both, spec, ctx) is None
+    assert fakes.passes(filt, both, spec, ctx) is None
 
 
 @pytest.mark.parametrize("specs,noop", [
@@ -84,12 +84,11 @@ def test_shared_aggregates_across_hosts_in_one_request():
 ])
 def test_is_noop(specs, noop):
     filt = AggregateInstanceExtraSpecsFilter(cfg.CONF)
-    assert filt.is_noop(fakes.fake_spec(extra_specs=specs)) is noop
+    assert fakes.skips(filt, fakes.fake_spec(extra_specs=specs)) is noop
 
 
-def test_vector_form_without_aggregates_fails_everything():
+def test_hosts_without_aggregates_all_fail():
     filt = AggregateInstanceExtraSpecsFilter(cfg.CONF)
     spec = fakes.fake_spec(extra_specs={"ssd": "true"})
     assert fakes.filter_vector(filt, [_host(), _host()], spec) == [False, False]
-    # With aggregates somewhere, host_passes decides (on fewer hosts).
-    assert fakes.filter_vector(filt, [_host({"ssd": "true"}), _host()], spec) is None
+    assert fakes.filter_vector(filt, [_host({"ssd": "true"}), _host()], spec) == [True, False]

@@ -1,5 +1,6 @@
 from oslo_config import cfg
 
+from scheduler.cycle import plan, vector_verdicts
 from scheduler.filters.aggregate_ram import AggregateRamFilter
 from scheduler.filters.ram import RamFilter
 from scheduler.host_columns import HostColumns
@@ -7,7 +8,7 @@ from tests.unit.scheduler import fakes
 
 
 def _agg_passes(host, memory_mb):
-    return AggregateRamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=memory_mb),
+    return fakes.passes(AggregateRamFilter(cfg.CONF), host, fakes.fake_spec(memory_mb=memory_mb),
                                                     fakes.ctx())
 
 
@@ -17,7 +18,7 @@ def test_aggregate_ratio_overrides_host_ratio():
     assert _agg_passes(host, 32768) is None
     assert _agg_passes(host, 32769) == "insufficient RAM: need 32769 MB"
     # The plain RamFilter ignores the aggregate.
-    assert RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=32768),
+    assert fakes.passes(RamFilter(cfg.CONF), host, fakes.fake_spec(memory_mb=32768),
                                            fakes.ctx()) is not None
 
 
@@ -57,16 +58,24 @@ def test_vector_form_per_host_ratio():
         [True, False, False]
 
 
-def test_vector_form_follows_aggregate_changes():
+def _passes_on(cols, flt, spec):
+    req = fakes.ctx().request(spec)
+    v = vector_verdicts(plan([flt])[-1], flt.prepare(req), cols)
+    return (v.codes == 0).tolist()
+
+
+def test_columns_follow_aggregate_changes():
+    """The owner rewrites a host's row after changing its aggregates; the
+    aggregate ratio column follows."""
     host = fakes.fake_host(aggregates=[{"ram_allocation_ratio": "2.0"}])
     cols = HostColumns([host])
     flt = AggregateRamFilter(cfg.CONF)
     spec = fakes.fake_spec(memory_mb=32768)
-    assert list(flt.filter_vector(cols, spec, fakes.ctx())) == [True]
+    assert _passes_on(cols, flt, spec) == [True]
     host.set_aggregates((fakes.aggregate({"ram_allocation_ratio": "1.5"}),), "nova")
-    assert list(flt.filter_vector(cols, spec, fakes.ctx())) == [False]
+    cols.update(0, host)
+    assert _passes_on(cols, flt, spec) == [False]
     host.set_aggregates((), "nova")
-    assert list(flt.filter_vector(cols, fakes.fake_spec(memory_mb=16384), fakes.ctx())) == \
-        [True]
-    assert list(flt.filter_vector(cols, fakes.fake_spec(memory_mb=16385), fakes.ctx())) == \
-        [False]
+    cols.update(0, host)
+    assert _passes_on(cols, flt, fakes.fake_spec(memory_mb=16384)) == [True]
+    assert _passes_on(cols, flt, fakes.fake_spec(memory_mb=16385)) == [False]

@@ -5,7 +5,7 @@ from tests.unit.scheduler import fakes
 
 
 def _passes(host, zone):
-    return AvailabilityZoneFilter(cfg.CONF).host_passes(
+    return fakes.passes(AvailabilityZoneFilter(cfg.CONF),
         host, fakes.fake_spec(availability_zone=zone), fakes.ctx())
 
 
@@ -54,6 +54,6 @@ def test_vector_form():
                        ("nova", [False, False, False, True, True]),
                        ("elsewhere", [False] * 5)]:
         spec = fakes.fake_spec(availability_zone=zone)
-        assert not flt.is_noop(spec)
+        assert not fakes.skips(flt, spec)
         assert fakes.filter_vector(flt, hosts, spec) == want, zone
-    assert flt.is_noop(fakes.fake_spec())
+    assert fakes.skips(flt, fakes.fake_spec())

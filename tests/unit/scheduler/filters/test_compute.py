@@ -3,11 +3,12 @@ import datetime
 from oslo_config import cfg
 
 from scheduler.filters.compute import ComputeFilter
+from scheduler.host_columns import HostColumns
 from tests.unit.scheduler import fakes
 
 
 def _passes(host, now=fakes.NOW):
-    return ComputeFilter(cfg.CONF).host_passes(host, fakes.fake_spec(), fakes.ctx(now=now))
+    return fakes.passes(ComputeFilter(cfg.CONF), host, fakes.fake_spec(), fakes.ctx(now=now))
 
 
 def test_enabled_host_with_fresh_heartbeat_passes():
@@ -40,15 +41,17 @@ def test_service_down_time_option():
     assert _passes(host) == "service down"
 
 
-def test_same_ctx_reads_the_option_once():
+def test_the_cutoff_is_fixed_when_the_request_starts():
     filt = ComputeFilter(cfg.CONF)
-    ctx = fakes.ctx()
     host = fakes.fake_host(last_heartbeat=fakes.NOW - datetime.timedelta(seconds=30))
-    assert filt.host_passes(host, fakes.fake_spec(), ctx) is None
+    cutoff = filt.prepare(fakes.ctx().request(fakes.fake_spec()))
     with fakes.config(service_down_time=10):
-        # Still the same request: the cutoff was fixed when it started.
-        assert filt.host_passes(host, fakes.fake_spec(), ctx) is None
-        assert filt.host_passes(host, fakes.fake_spec(), fakes.ctx()) == "service down"
+        # The request that started before the change keeps its cutoff...
+        refused = dict((r, m.tolist()) for r, m in filt.refusals(HostColumns([host]), cutoff))
+        assert refused["service down"] == [False]
+        # ...a new one reads the option again.
+        assert fakes.passes(filt, host, fakes.fake_spec(), fakes.ctx()) == "service down"
+    assert vars(filt) == {"conf": cfg.CONF}     # nothing per request on the filter
 
 
 def test_vector_heartbeat_cutoff_is_exact():

@@ -6,7 +6,7 @@ from tests.unit.scheduler import fakes
 
 
 def _passes(host, extra_specs):
-    return ComputeCapabilitiesFilter(cfg.CONF).host_passes(
+    return fakes.passes(ComputeCapabilitiesFilter(cfg.CONF),
         host, fakes.fake_spec(extra_specs=extra_specs), fakes.ctx())
 
 
@@ -87,8 +87,8 @@ def test_unset_attribute_fails():
 def test_unscoped_stats_key_checked_only_on_hosts_that_have_it():
     filt = ComputeCapabilitiesFilter(cfg.CONF)
     spec = fakes.fake_spec(extra_specs={"tier": "gold"})
-    assert filt.host_passes(_host(stats={}), spec, fakes.ctx()) is None
-    assert filt.host_passes(_host(stats={"tier": "silver"}), spec, fakes.ctx()) is not None
+    assert fakes.passes(filt, _host(stats={}), spec, fakes.ctx()) is None
+    assert fakes.passes(filt, _host(stats={"tier": "silver"}), spec, fakes.ctx()) is not None
 
 
 def test_methods_and_private_attributes_are_not_capabilities():
@@ -97,13 +97,25 @@ def test_methods_and_private_attributes_are_not_capabilities():
     assert _passes(_host(), {"lock": "x"}) is None     # unscoped unknown: ignored
 
 
-def test_parsed_once_per_spec():
+def test_requests_are_parsed_into_their_own_state():
     filt = ComputeCapabilitiesFilter(cfg.CONF)
     spec = fakes.fake_spec(extra_specs={"capabilities:vcpus": "= 8"})
-    first = filt.requirements(spec)
-    assert filt.requirements(spec) is first
-    other = fakes.fake_spec(extra_specs={"capabilities:vcpus": "= 8"})
-    assert filt.requirements(other) is not first
+    first = filt.prepare(fakes.ctx().request(spec))
+    other = filt.prepare(fakes.ctx().request(spec))
+    assert first is not other and first.key == other.key
+    assert vars(filt) == {"conf": cfg.CONF}     # nothing per request on the filter
+
+
+def test_usage_counters_are_asked_per_host_not_per_class():
+    filt = ComputeCapabilitiesFilter(cfg.CONF)
+    by_stats = filt.prepare(fakes.ctx().request(fakes.fake_spec(
+        extra_specs={"capabilities:stats:tier": "gold"})))
+    by_usage = filt.prepare(fakes.ctx().request(fakes.fake_spec(
+        extra_specs={"capabilities:free_ram_mb": ">= 1024"})))
+    assert filt.class_applies(by_stats) and not filt.class_applies(by_usage)
+    hosts = [fakes.fake_host("a", memory_mb_used=16000), fakes.fake_host("b")]
+    spec = fakes.fake_spec(extra_specs={"capabilities:free_ram_mb": ">= 1024"})
+    assert fakes.filter_vector(filt, hosts, spec) == [False, True]
 
 
 def test_usage_counters_make_it_per_instance():
@@ -118,4 +130,4 @@ def test_usage_counters_make_it_per_instance():
 ])
 def test_is_noop(specs, noop):
     filt = ComputeCapabilitiesFilter(cfg.CONF)
-    assert filt.is_noop(fakes.fake_spec(extra_specs=specs)) is noop
+    assert fakes.skips(filt, fakes.fake_spec(extra_specs=specs)) is noop

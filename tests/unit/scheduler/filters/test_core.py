@@ -17,7 +17,7 @@ from tests.unit.scheduler import fakes
 def test_vcpu_limit(used, ratio, reserved, vcpus, ok):
     host = fakes.fake_host(vcpus=8, vcpus_used=used, cpu_allocation_ratio=ratio,
                            reserved_host_cpus=reserved)
-    reason = CoreFilter(cfg.CONF).host_passes(host, fakes.fake_spec(vcpus=vcpus), fakes.ctx())
+    reason = fakes.passes(CoreFilter(cfg.CONF), host, fakes.fake_spec(vcpus=vcpus), fakes.ctx())
     assert (reason is None) is ok
     assert fakes.filter_vector(CoreFilter(cfg.CONF), [host], fakes.fake_spec(vcpus=vcpus)) \
         == [ok]
@@ -25,5 +25,5 @@ def test_vcpu_limit(used, ratio, reserved, vcpus, ok):
 
 def test_reason_text():
     host = fakes.fake_host(vcpus=2)
-    reason = CoreFilter(cfg.CONF).host_passes(host, fakes.fake_spec(vcpus=4), fakes.ctx())
+    reason = fakes.passes(CoreFilter(cfg.CONF), host, fakes.fake_spec(vcpus=4), fakes.ctx())
     assert reason == "insufficient vCPUs: need 4"

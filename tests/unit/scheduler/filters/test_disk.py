@@ -16,7 +16,7 @@ from tests.unit.scheduler import fakes
 def test_disk_limit(used_mb, ratio, reserved_mb, root_gb, ok):
     host = fakes.fake_host(local_gb=100, disk_mb_used=used_mb, disk_allocation_ratio=ratio,
                            reserved_host_disk_mb=reserved_mb)
-    reason = DiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=root_gb),
+    reason = fakes.passes(DiskFilter(cfg.CONF), host, fakes.fake_spec(root_gb=root_gb),
                                               fakes.ctx())
     assert (reason is None) is ok
     spec = fakes.fake_spec(root_gb=root_gb)
@@ -26,13 +26,13 @@ def test_disk_limit(used_mb, ratio, reserved_mb, root_gb, ok):
 def test_counts_ephemeral_and_swap():
     host = fakes.fake_host(local_gb=10)
     spec = fakes.fake_spec(root_gb=5, ephemeral_gb=4, swap=1024)
-    assert DiskFilter(cfg.CONF).host_passes(host, spec, fakes.ctx()) is None
+    assert fakes.passes(DiskFilter(cfg.CONF), host, spec, fakes.ctx()) is None
     spec = fakes.fake_spec(root_gb=5, ephemeral_gb=4, swap=1025)
-    assert DiskFilter(cfg.CONF).host_passes(host, spec, fakes.ctx()) == \
+    assert fakes.passes(DiskFilter(cfg.CONF), host, spec, fakes.ctx()) == \
         "insufficient disk: need 10241 MB"
 
 
 def test_reason_text():
     host = fakes.fake_host(local_gb=10)
-    reason = DiskFilter(cfg.CONF).host_passes(host, fakes.fake_spec(root_gb=20), fakes.ctx())
+    reason = fakes.passes(DiskFilter(cfg.CONF), host, fakes.fake_spec(root_gb=20), fakes.ctx())
     assert reason == "insufficient disk: need 20480 MB"

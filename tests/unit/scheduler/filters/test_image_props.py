@@ -10,7 +10,7 @@ from tests.unit.scheduler import fakes
 
 
 def _passes(host, **props):
-    return ImagePropertiesFilter(cfg.CONF).host_passes(
+    return fakes.passes(ImagePropertiesFilter(cfg.CONF),
         host, fakes.fake_spec(image={"properties": props}), fakes.ctx())
 
 
@@ -99,14 +99,14 @@ def test_once_per_request():
 ])
 def test_is_noop(props, noop):
     spec = fakes.fake_spec(image={"properties": props})
-    assert ImagePropertiesFilter(cfg.CONF).is_noop(spec) is noop
+    assert fakes.skips(ImagePropertiesFilter(cfg.CONF), spec) is noop
 
 
 @pytest.mark.parametrize("props,want", [
     ({"img_hv_requested_version": ">=8.0, <9"}, [True, False, True, True]),
     ({"hypervisor_version_requires": "==7.2"}, [False, True, True, True]),
     ({"img_hv_requested_version": "newest please"}, [False] * 4),
-    ({"hw_architecture": "x86_64"}, None),          # needs supported_instances
+    ({"hw_architecture": "x86_64"}, [True] * 4),    # all support x86_64
 ])
 def test_vector_form(props, want):
     hosts = [_host(hypervisor_version=8002000), _host(hypervisor_version=7002000),

@@ -5,7 +5,7 @@ from tests.unit.scheduler import fakes
 
 
 def _passes(filter_cls, host):
-    return filter_cls(cfg.CONF).host_passes(host, fakes.fake_spec(), fakes.ctx())
+    return fakes.passes(filter_cls(cfg.CONF), host, fakes.fake_spec(), fakes.ctx())
 
 
 def test_default_limit_is_8():

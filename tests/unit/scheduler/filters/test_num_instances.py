@@ -1,3 +1,4 @@
+import pytest
 from oslo_config import cfg
 
 from scheduler.filters.num_instances import AggregateNumInstancesFilter, NumInstancesFilter
@@ -5,7 +6,7 @@ from tests.unit.scheduler import fakes
 
 
 def _passes(filter_cls, host):
-    return filter_cls(cfg.CONF).host_passes(host, fakes.fake_spec(), fakes.ctx())
+    return fakes.passes(filter_cls(cfg.CONF), host, fakes.fake_spec(), fakes.ctx())
 
 
 def test_default_limit_is_50():
@@ -59,7 +60,10 @@ def test_vector_form():
             [True, False, True, False, False]
 
 
-def test_vector_form_leaves_non_finite_limits_to_host_passes():
-    host = fakes.fake_host(aggregates=[{"max_instances_per_host": "inf"}])
-    assert fakes.filter_vector(AggregateNumInstancesFilter(cfg.CONF), [host],
-                               fakes.fake_spec()) is None
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999"])
+def test_non_finite_limits_are_ignored(value):
+    with fakes.config("filter_scheduler", max_instances_per_host=3):
+        hosts = [fakes.fake_host(num_instances=2, aggregates=[{"max_instances_per_host": value}]),
+                 fakes.fake_host(num_instances=3, aggregates=[{"max_instances_per_host": value}])]
+        assert fakes.filter_vector(AggregateNumInstancesFilter(cfg.CONF), hosts,
+                                   fakes.fake_spec()) == [True, False]

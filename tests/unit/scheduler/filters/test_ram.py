@@ -20,7 +20,7 @@ from tests.unit.scheduler import fakes
 def test_ram_limit(used, ratio, reserved, request_mb, ok):
     host = fakes.fake_host(memory_mb_used=used, ram_allocation_ratio=ratio,
                            reserved_host_memory_mb=reserved)
-    reason = RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=request_mb),
+    reason = fakes.passes(RamFilter(cfg.CONF), host, fakes.fake_spec(memory_mb=request_mb),
                                              fakes.ctx())
     assert (reason is None) is ok
     spec = fakes.fake_spec(memory_mb=request_mb)
@@ -29,7 +29,7 @@ def test_ram_limit(used, ratio, reserved, request_mb, ok):
 
 def test_reason_text_names_the_request():
     host = fakes.fake_host(memory_mb=4096)
-    reason = RamFilter(cfg.CONF).host_passes(host, fakes.fake_spec(memory_mb=8192), fakes.ctx())
+    reason = fakes.passes(RamFilter(cfg.CONF), host, fakes.fake_spec(memory_mb=8192), fakes.ctx())
     assert reason == "insufficient RAM: need 8192 MB"
 
 

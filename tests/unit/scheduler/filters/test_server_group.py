@@ -17,7 +17,7 @@ def _spec(policy=None, **rules):
 @pytest.mark.parametrize("filter_cls", [ServerGroupAffinityFilter, ServerGroupAntiAffinityFilter])
 def test_no_group_passes(filter_cls):
     ctx = fakes.ctx(group_hosts={"host1": 3})
-    assert filter_cls(cfg.CONF).host_passes(fakes.fake_host("host1"), _spec(), ctx) is None
+    assert fakes.passes(filter_cls(cfg.CONF), fakes.fake_host("host1"), _spec(), ctx) is None
 
 
 @pytest.mark.parametrize("filter_cls,policy", [
@@ -29,43 +29,43 @@ def test_no_group_passes(filter_cls):
 def test_other_policies_pass(filter_cls, policy):
     ctx = fakes.ctx(group_hosts={"host1": 3, "host2": 1})
     for host in ("host1", "host3"):
-        assert filter_cls(cfg.CONF).host_passes(fakes.fake_host(host), _spec(policy),
+        assert fakes.passes(filter_cls(cfg.CONF), fakes.fake_host(host), _spec(policy),
                                                 ctx) is None
 
 
 def test_affinity_first_member_goes_anywhere():
     filt = ServerGroupAffinityFilter(cfg.CONF)
-    assert filt.host_passes(fakes.fake_host("host1"), _spec("affinity"), fakes.ctx()) is None
+    assert fakes.passes(filt, fakes.fake_host("host1"), _spec("affinity"), fakes.ctx()) is None
 
 
 def test_affinity_follows_the_members():
     filt = ServerGroupAffinityFilter(cfg.CONF)
     ctx = fakes.ctx(group_hosts={"host2": 1})
-    assert filt.host_passes(fakes.fake_host("host2"), _spec("affinity"), ctx) is None
-    assert filt.host_passes(fakes.fake_host("host1"), _spec("affinity"), ctx) == \
+    assert fakes.passes(filt, fakes.fake_host("host2"), _spec("affinity"), ctx) is None
+    assert fakes.passes(filt, fakes.fake_host("host1"), _spec("affinity"), ctx) == \
         "not a host of affinity group g1"
 
 
 def test_affinity_ignores_zero_counts():
     filt = ServerGroupAffinityFilter(cfg.CONF)
     ctx = fakes.ctx(group_hosts={"host2": 0})
-    assert filt.host_passes(fakes.fake_host("host1"), _spec("affinity"), ctx) is None
+    assert fakes.passes(filt, fakes.fake_host("host1"), _spec("affinity"), ctx) is None
 
 
 def test_anti_affinity_one_per_host_by_default():
     filt = ServerGroupAntiAffinityFilter(cfg.CONF)
     ctx = fakes.ctx(group_hosts={"host1": 1})
-    assert filt.host_passes(fakes.fake_host("host2"), _spec("anti-affinity"), ctx) is None
-    assert filt.host_passes(fakes.fake_host("host1"), _spec("anti-affinity"), ctx) == \
+    assert fakes.passes(filt, fakes.fake_host("host2"), _spec("anti-affinity"), ctx) is None
+    assert fakes.passes(filt, fakes.fake_host("host1"), _spec("anti-affinity"), ctx) == \
         "anti-affinity group g1: max 1 member(s) per host"
 
 
 def test_anti_affinity_max_server_per_host():
     filt = ServerGroupAntiAffinityFilter(cfg.CONF)
     spec = _spec("anti-affinity", max_server_per_host=2)
-    assert filt.host_passes(fakes.fake_host("host1"), spec,
+    assert fakes.passes(filt, fakes.fake_host("host1"), spec,
                             fakes.ctx(group_hosts={"host1": 1})) is None
-    assert filt.host_passes(fakes.fake_host("host1"), spec,
+    assert fakes.passes(filt, fakes.fake_host("host1"), spec,
                             fakes.ctx(group_hosts={"host1": 2})) == \
         "anti-affinity group g1: max 2 member(s) per host"
 
@@ -87,9 +87,12 @@ def _hosts():
 ])
 def test_noop_without_their_policy(filter_cls, policy):
     filt = filter_cls(cfg.CONF)
-    assert filt.is_noop(_spec())
-    assert filt.is_noop(_spec("soft-" + policy))
-    assert not filt.is_noop(_spec(policy))
+    members = fakes.ctx(group_hosts={"host1": 1})
+    assert fakes.skips(filt, _spec(), members)
+    assert fakes.skips(filt, _spec("soft-" + policy), members)
+    assert not fakes.skips(filt, _spec(policy), members)
+    # Without members there is nothing to refuse.
+    assert fakes.skips(filt, _spec(policy))
 
 
 @pytest.mark.parametrize("group_hosts,want", [

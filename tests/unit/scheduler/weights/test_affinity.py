@@ -17,7 +17,7 @@ def _spec(policy):
 def _weights(weigher_cls, spec):
     w = weigher_cls(cfg.CONF)
     ctx = fakes.ctx(group_hosts=GROUP_HOSTS)
-    return [w.weigh(fakes.fake_host(h), spec, ctx) for h in ("h1", "h2", "h3")]
+    return [fakes.weigh(w, fakes.fake_host(h), spec, ctx) for h in ("h1", "h2", "h3")]
 
 
 def test_soft_affinity_counts_members():
@@ -45,16 +45,16 @@ def test_soft_affinity_ignores_soft_anti_affinity_group():
 def test_multipliers():
     aff = ServerGroupSoftAffinityWeigher(cfg.CONF)
     anti = ServerGroupSoftAntiAffinityWeigher(cfg.CONF)
-    assert aff.weight_multiplier(fakes.fake_host()) == 1.0
-    assert anti.weight_multiplier(fakes.fake_host()) == 1.0
+    assert fakes.multiplier(aff, fakes.fake_host()) == 1.0
+    assert fakes.multiplier(anti, fakes.fake_host()) == 1.0
     with fakes.config("filter_scheduler", soft_affinity_weight_multiplier=3.0,
                       soft_anti_affinity_weight_multiplier=4.0):
-        assert aff.weight_multiplier(fakes.fake_host()) == 3.0
-        assert anti.weight_multiplier(fakes.fake_host()) == 4.0
+        assert fakes.multiplier(aff, fakes.fake_host()) == 3.0
+        assert fakes.multiplier(anti, fakes.fake_host()) == 4.0
     host = fakes.fake_host(aggregates=[{"soft_affinity_weight_multiplier": "7",
                                         "soft_anti_affinity_weight_multiplier": "8"}])
-    assert aff.weight_multiplier(host) == 7.0
-    assert anti.weight_multiplier(host) == 8.0
+    assert fakes.multiplier(aff, host) == 7.0
+    assert fakes.multiplier(anti, host) == 8.0
 
 
 def test_negative_multiplier_rejected():

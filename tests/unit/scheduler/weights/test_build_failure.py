@@ -6,14 +6,14 @@ from tests.unit.scheduler import fakes
 
 def test_raw_weight_is_minus_failures():
     w = BuildFailureWeigher(cfg.CONF)
-    assert w.weigh(fakes.fake_host(failed_builds=3), fakes.fake_spec(), fakes.ctx()) == -3
-    assert w.weigh(fakes.fake_host(), fakes.fake_spec(), fakes.ctx()) == 0
+    assert fakes.weigh(w, fakes.fake_host(failed_builds=3), fakes.fake_spec(), fakes.ctx()) == -3
+    assert fakes.weigh(w, fakes.fake_host(), fakes.fake_spec(), fakes.ctx()) == 0
 
 
 def test_multiplier():
     w = BuildFailureWeigher(cfg.CONF)
-    assert w.weight_multiplier(fakes.fake_host()) == 1000000.0
+    assert fakes.multiplier(w, fakes.fake_host()) == 1000000.0
     with fakes.config("filter_scheduler", build_failure_weight_multiplier=0.0):
-        assert w.weight_multiplier(fakes.fake_host()) == 0.0
+        assert fakes.multiplier(w, fakes.fake_host()) == 0.0
     host = fakes.fake_host(aggregates=[{"build_failure_weight_multiplier": "10"}])
-    assert w.weight_multiplier(host) == 10.0
+    assert fakes.multiplier(w, host) == 10.0

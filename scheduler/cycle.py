@@ -1,0 +1,515 @@
+"""The request cycle: one request's filters, weighers and explanation over one
+snapshot of the hosts.
+
+A :class:`Cycle` takes the host columns once, when the request starts, and
+every step of the request reads those same rows: filtering, weighing, the
+explanation of a NoValidHost and the recheck of a host before its claim
+(learned from kube-scheduler's per-cycle snapshot). The row mapping never
+changes under it; row values move only as claims and releases land, and the
+claim re-checks the chosen host under its lock.
+
+Each filter is evaluated through one path, whatever form its rule takes:
+
+* a vector filter's ``refusals`` over all rows (one numpy pass);
+* a per-host filter with classes: asked once per class of hosts that are
+  still candidates (its ``class_key`` codes), the answers remembered per memo
+  key across requests;
+* any other per-host filter: asked per candidate host.
+
+Cheap steps run first (force/ignore, then every vector filter), then the
+per-host ones on the survivors only (Nomad's stack order); the explanation
+walks the filters in their configured order over the same answers, asking
+what the fast order skipped. Every answer is checked against the contract in
+one place (``_checked``), so a bad plugin fails the same way on every path.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from oslo_log import log as logging
+
+from scheduler import exception
+from scheduler.explanation import Explanation
+from scheduler.filters import BaseHostFilter
+from scheduler.host_classes import PASS, UNKNOWN, ClassAnswers
+from scheduler.host_columns import HostColumns
+from scheduler.plugins import SKIP, RequestContext
+from scheduler.weights import BaseWeigher
+
+LOG = logging.getLogger(__name__)
+
+
+# -- force / ignore, as filters of their own ----------------------------------------------
+
+class _IgnoreHosts(BaseHostFilter):
+    name = "ignore_hosts"
+    run_filter_once_per_request = True
+
+    def prepare(self, request):
+        return request.spec.ignore_hosts or SKIP
+
+    def refusals(self, cols, names):
+        refused = np.zeros(cols.n, dtype=bool)
+        refused[cols.host_indexes(names)] = True
+        return [("host is ignored", refused)]
+
+
+class _ForceHosts(BaseHostFilter):
+    name = "force_hosts"
+    run_filter_once_per_request = True
+
+    def prepare(self, request):
+        return request.spec.force_hosts or SKIP
+
+    def refusals(self, cols, names):
+        refused = np.ones(cols.n, dtype=bool)
+        refused[cols.host_indexes(names)] = False
+        return [("not a forced host", refused)]
+
+
+class _ForceNodes(BaseHostFilter):
+    name = "force_nodes"
+    run_filter_once_per_request = True
+
+    def prepare(self, request):
+        return request.spec.force_nodes or SKIP
+
+    def refusals(self, cols, names):
+        return [("not a forced node", ~cols.nodename_mask(names))]
+
+
+REQUEST_STEPS: tuple[BaseHostFilter, ...] = (_IgnoreHosts(None), _ForceHosts(None),
+                                             _ForceNodes(None))
+
+
+# -- one filter's answers ----------------------------------------------------------------
+
+VECTOR, CLASSES, PER_HOST = "vector", "classes", "per-host"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One filter as the cycle runs it."""
+
+    flt: BaseHostFilter
+    kind: str
+    position: int               # in the configured order (request steps first)
+
+    @property
+    def name(self) -> str:
+        return self.flt.name
+
+
+def plan(filters: Sequence[BaseHostFilter]) -> tuple[Step, ...]:
+    """The steps of a filter list, in the configured order."""
+    steps = []
+    for position, flt in enumerate((*REQUEST_STEPS, *filters)):
+        if flt.has_vector:
+            kind = VECTOR
+        elif flt.has_per_host:
+            kind = CLASSES if flt.has_classes else PER_HOST
+        else:
+            raise exception.PluginError(
+                plugin=flt.name, reason="a filter must define host_passes or refusals")
+        steps.append(Step(flt, kind, position))
+    return tuple(steps)
+
+
+class Verdicts:
+    """One step's answers for one instance of a request: per row ``UNKNOWN``,
+    ``PASS`` or ``k`` for ``reasons[k - 1]``."""
+
+    __slots__ = ("step", "state", "codes", "answers", "classed")
+
+    def __init__(self, step: Step, state: Any, n: int, answers: ClassAnswers,
+                 classed: bool) -> None:
+        self.step = step
+        self.state = state
+        self.codes = np.full(n, UNKNOWN, dtype=np.int32)
+        self.answers = answers
+        self.classed = classed
+
+    @property
+    def reasons(self) -> list[str]:
+        return self.answers.reasons
+
+    def reason_counts(self, codes: np.ndarray) -> dict[str, int]:
+        counts = np.bincount(codes, minlength=len(self.reasons) + 1)
+        return {self.reasons[k - 1]: int(c) for k, c in enumerate(counts.tolist())
+                if k and c}
+
+
+def _checked(flt: BaseHostFilter, reason: Any, where: str) -> str | None:
+    """A reason as the contract allows it (None or a non-empty string)."""
+    if reason is None or (isinstance(reason, str) and reason):
+        return reason
+    raise exception.PluginError(
+        plugin=flt.name,
+        reason=f"returned {reason!r} {where}: a filter answers None or a non-empty string")
+
+
+def _ask(flt: BaseHostFilter, host, state) -> str | None:
+    try:
+        reason = flt.host_passes(host, state)
+    except exception.BerthError:
+        raise
+    except Exception as e:
+        LOG.exception("Filter %s failed on host %s", flt.name, host.host)
+        raise exception.PluginError(plugin=flt.name,
+                                    reason=f"host_passes failed: {e!r}") from None
+    return _checked(flt, reason, f"for host {host.host}")
+
+
+def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
+    """Every row's answer from the filter's ``refusals``."""
+    flt = step.flt
+    n = cols.n
+    answers = ClassAnswers(0)
+    v = Verdicts(step, state, n, answers, classed=False)
+    try:
+        pairs = list(flt.refusals(cols, state))
+    except exception.BerthError:
+        raise
+    except Exception as e:
+        LOG.exception("Filter %s failed", flt.name)
+        raise exception.PluginError(plugin=flt.name, reason=f"refusals failed: {e!r}") \
+            from None
+    codes = v.codes
+    codes[:] = PASS
+    first = True
+    for reason, refused in pairs:
+        reason = _checked(flt, reason, "as a reason")
+        if reason is None:
+            raise exception.PluginError(plugin=flt.name, reason="a refusal needs a reason")
+        refused = np.asarray(refused)
+        if refused.dtype != bool or refused.shape not in ((), (n,)):
+            raise exception.PluginError(
+                plugin=flt.name,
+                reason=f"refusals must be bool masks of {n} rows, got {refused.dtype} "
+                       f"{refused.shape}")
+        code = answers.code_of(reason)
+        if refused.ndim == 0:
+            if refused:
+                np.copyto(codes, code, where=codes == PASS)
+        elif first:
+            codes[refused] = code
+        else:
+            np.copyto(codes, code, where=refused & (codes == PASS))
+        first = False
+    return v
+
+
+def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
+    """Fill in ``v``'s unknown answers among ``rows`` (per class, or per host)."""
+    if not len(rows):
+        return
+    unknown = rows[v.codes[rows] == UNKNOWN]
+    if not len(unknown):
+        return
+    flt = v.step.flt
+    hosts = cols.hosts
+    if v.classed:
+        _ask_classes(v, cols, unknown)
+        return
+    answers = v.answers
+    codes = v.codes
+    for r in unknown.tolist():
+        codes[r] = answers.code_of(_ask(flt, hosts[r], v.state))
+
+
+def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
+    """Ask one host per class among ``rows`` and give its answer to the class.
+
+    An answer is remembered only under the key the host had before and after
+    it was asked (a host changing meanwhile gives no answer for its class);
+    rows still unknown after a few rounds are asked one by one.
+    """
+    flt = v.step.flt
+    name = flt.name
+    classes = cols.classes
+    column = cols.class_codes(name)
+    answers = v.answers
+    hosts = cols.hosts
+    for _ in range(3):
+        answers.ensure(classes.size(name))
+        known = answers.codes[column[rows]]
+        v.codes[rows] = known
+        todo = rows[known == UNKNOWN]
+        if not len(todo):
+            return
+        _, first = np.unique(column[todo], return_index=True)
+        for r in todo[first].tolist():
+            host = hosts[r]
+            key = classes.key(name, host)
+            reason = _ask(flt, host, v.state)
+            if classes.key(name, host) == key:
+                code = classes.code(name, key)
+                answers.ensure(code + 1)
+                answers.codes[code] = answers.code_of(reason)
+        rows = todo
+    for r in rows[v.codes[rows] == UNKNOWN].tolist():
+        v.codes[r] = answers.code_of(_ask(flt, hosts[r], v.state))
+
+
+# -- the cycle ------------------------------------------------------------------------------
+
+class Cycle:
+    """One request over one snapshot of the host columns."""
+
+    def __init__(self, steps: Sequence[Step], weighers: Sequence[BaseWeigher],
+                 cols: HostColumns, keep: int) -> None:
+        self.steps = tuple(steps)
+        self.weighers = tuple(weighers)
+        self.cols = cols
+        self.keep = keep
+        #: Vector steps first, then the others, each group in configured order.
+        self._run_order = tuple(sorted(self.steps, key=lambda s: (s.kind != VECTOR,
+                                                                  s.position)))
+        #: position -> Verdicts (or SKIP) of the current instance; once-per-request
+        #: steps keep the first instance's.
+        self._verdicts: dict[int, Any] = {}
+        self._index = -1
+        self._own_copy = False
+
+    # -- per instance -----------------------------------------------------------
+    def start_instance(self, request: RequestContext, again: bool = False) -> None:
+        """Forget the previous instance's answers (but the once-per-request ones);
+        ``again``: this instance starts over (its world changed)."""
+        if again or request.index != self._index:
+            self._index = request.index
+            self._verdicts = {p: v for p, v in self._verdicts.items()
+                              if self.steps[p].flt.run_filter_once_per_request}
+
+    def verdicts(self, step: Step, request: RequestContext):
+        """The step's answers for this instance (``SKIP`` when it passes every host)."""
+        v = self._verdicts.get(step.position)
+        if v is None:
+            v = self._verdicts[step.position] = self._new_verdicts(step, request, self.cols)
+        return v
+
+    def _new_verdicts(self, step: Step, request: RequestContext, cols: HostColumns):
+        flt = step.flt
+        state = flt.prepare(request)
+        if state is SKIP:
+            return SKIP
+        if step.kind == VECTOR:
+            return vector_verdicts(step, state, cols)
+        if step.kind == CLASSES and flt.class_applies(state):
+            memo = flt.memo_key(state)
+            if memo is not None:
+                answers = cols.classes.answers(flt.name, memo)
+            else:
+                answers = ClassAnswers(cols.classes.size(flt.name))
+            return Verdicts(step, state, cols.n, answers, classed=True)
+        return Verdicts(step, state, cols.n, ClassAnswers(0), classed=False)
+
+    # -- filtering -----------------------------------------------------------------
+    def candidates(self, request: RequestContext) -> tuple[np.ndarray, dict[str, int]]:
+        """Rows passing every filter, and how many rows each step removed (in
+        the order they ran, for the log)."""
+        self.start_instance(request)
+        n = self.cols.n
+        removed: dict[str, int] = {}
+        alive: np.ndarray | None = None
+        rows: np.ndarray | None = None
+        left = n
+        for step in self._run_order:
+            if left == 0:
+                break
+            v = self.verdicts(step, request)
+            if v is SKIP:
+                continue
+            if step.kind == VECTOR:
+                passed = v.codes == PASS
+                alive = passed if alive is None else np.logical_and(alive, passed, out=alive)
+                now = int(np.count_nonzero(alive))
+            else:
+                if rows is None:
+                    rows = np.arange(n) if alive is None else np.flatnonzero(alive)
+                ensure_answers(v, self.cols, rows)
+                rows = rows[v.codes[rows] == PASS]
+                now = len(rows)
+            removed[step.name] = left - now
+            left = now
+        if rows is None:
+            rows = np.arange(n) if alive is None else np.flatnonzero(alive)
+        return rows, removed
+
+    def explain(self, request: RequestContext) -> Explanation:
+        """Why hosts were removed, filter by filter in the configured order."""
+        self.start_instance(request)
+        explanation = Explanation(self.cols.n)
+        alive = np.ones(self.cols.n, dtype=bool)
+        for step in self.steps:
+            rows = np.flatnonzero(alive)
+            if not len(rows):
+                break
+            v = self.verdicts(step, request)
+            if v is SKIP:
+                continue
+            ensure_answers(v, self.cols, rows)
+            codes = v.codes[rows]
+            refused = codes > PASS
+            if refused.any():
+                explanation.add(step.name, v.reason_counts(codes[refused]))
+                alive[rows[refused]] = False
+        return explanation
+
+    def recheck(self, request: RequestContext, host) -> str | None:
+        """Run every filter on ``host`` as it is now (a one-row snapshot of it):
+        None, or ``"Filter: reason"`` of the first that refuses."""
+        one = HostColumns([host], self.cols.classes)
+        rows = np.zeros(1, dtype=np.intp)
+        for step in self._run_order:
+            v = self._new_verdicts(step, request, one)
+            if v is SKIP:
+                continue
+            ensure_answers(v, one, rows)
+            code = int(v.codes[0])
+            if code != PASS:
+                return f"{step.name}: {v.reasons[code - 1]}"
+        return None
+
+    # -- dry runs -------------------------------------------------------------------
+    def overlay(self, row: int, host) -> None:
+        """Show ``host`` (a what-if copy) at ``row`` for the rest of this request,
+        without touching the shared columns."""
+        if not self._own_copy:
+            self.cols = self.cols.copy()
+            self._own_copy = True
+        self.cols.update(row, host)
+
+    # -- weighing ---------------------------------------------------------------------
+    def weigh(self, request: RequestContext, rows: np.ndarray) -> list[tuple[float, Any]]:
+        """(total weight, host) of the hosts at ``rows``, best first (stable for
+        equal weights); only the best few are sorted up front."""
+        cols = self.cols
+        hosts = cols.hosts
+        n = len(rows)
+        totals = np.zeros(n, dtype=np.float64)
+        if n > 1:
+            for w in self.weighers:
+                multiplier = weigh_multiplier(w, cols, rows)
+                if np.isscalar(multiplier) and multiplier == 0.0:
+                    continue        # adds 0 × weight to every host
+                state = w.prepare(request)
+                if state is SKIP:
+                    continue
+                raw = raw_weights(w, state, cols, rows)
+                if raw is None:
+                    continue        # the same weight everywhere: normalises to 0
+                lo, hi = raw.min(), raw.max()
+                if hi == lo:
+                    continue
+                # (raw - lo) / (hi - lo) * multiplier, in place.
+                np.subtract(raw, lo, out=raw)
+                np.divide(raw, hi - lo, out=raw)
+                if np.isscalar(multiplier) and multiplier in (1.0, -1.0):
+                    # x * 1.0 is x and t + (-1.0 * x) is t - x, exactly: one pass less.
+                    (np.add if multiplier > 0 else np.subtract)(totals, raw, out=totals)
+                    continue
+                np.multiply(multiplier, raw, out=raw)
+                totals += raw
+        keep = self.keep
+        if n > 4 * keep:
+            kth = _kth_largest(totals, keep)
+            top = np.flatnonzero(totals >= kth)
+            order = top[np.argsort(-totals[top], kind="stable")]
+            head = [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
+            return LazyWeighed(head, totals, rows, hosts, set(order.tolist()))
+        order = np.argsort(-totals, kind="stable")
+        return [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
+
+
+def weigh_multiplier(w: BaseWeigher, cols: HostColumns, rows: np.ndarray):
+    """The weigher's multiplier per candidate (one number when the same for
+    all): the configured one, or the smallest finite override in the host's
+    aggregates' metadata."""
+    base = w.base_multiplier()
+    if not w.aggregate_multiplier_key:
+        return base
+    values, present = cols.aggregate_min(w.aggregate_multiplier_key)
+    if not present.any():
+        return base             # no aggregate overrides it (cheaper than gathering)
+    present = present[rows]
+    if not present.any():
+        return base
+    return np.where(present, values[rows], base)
+
+
+def raw_weights(w: BaseWeigher, state: Any, cols: HostColumns,
+                rows: np.ndarray) -> np.ndarray | None:
+    """The weigher's raw weights of ``rows`` as a new float64 array, or None when
+    every host weighs the same."""
+    n = len(rows)
+    try:
+        if w.has_vector:
+            vec = w.weigh_vector(cols, state)
+            if isinstance(vec, int | float):
+                return None
+            vec = np.asarray(vec)
+            if vec.shape != (cols.n,):
+                raise exception.PluginError(
+                    plugin=w.name, reason=f"weigh_vector must return {cols.n} weights, "
+                                          f"got shape {vec.shape}")
+            if vec.dtype != np.float64:         # e.g. a plugin's int column
+                vec = vec.astype(np.float64)
+            # rows are valid indexes: 'clip' only skips the bounds checks.
+            raw = np.take(vec, rows, mode="clip")
+        else:
+            hosts = cols.hosts
+            raw = np.fromiter((w.weigh(hosts[i], state) for i in rows.tolist()),
+                              dtype=np.float64, count=n)
+    except exception.BerthError:
+        raise
+    except Exception as e:
+        LOG.exception("Weigher %s failed", w.name)
+        raise exception.PluginError(plugin=w.name, reason=f"weighing failed: {e!r}") \
+            from None
+    if not np.isfinite(raw).all():
+        raise exception.PluginError(plugin=w.name, reason="weights must be finite numbers")
+    return raw
+
+
+def _kth_largest(values: np.ndarray, k: int) -> float:
+    """The k-th largest of ``values`` (exactly), without partitioning all of them.
+
+    The k-th largest of a strided sample is a lower bound of the true one (the
+    sample's top k are values too), so every value at or above the true k-th
+    is among those at or above the bound: a few dozen to partition instead of
+    every candidate.
+    """
+    n = len(values)
+    sample = values[::16]
+    if len(sample) > k:
+        bound = np.partition(sample, len(sample) - k)[len(sample) - k]
+        values = values[values >= bound]
+        n = len(values)
+    return np.partition(values, n - k)[n - k]
+
+
+class LazyWeighed(list):
+    """The best few (weight, host) pairs, sorted; the rest are sorted only if
+    every one of those is refused (claims racing with other schedulers)."""
+
+    def __init__(self, head, totals, rows, hosts, taken) -> None:
+        super().__init__(head)
+        self._totals, self._rows, self._hosts, self._taken = totals, rows, hosts, taken
+
+    @property
+    def complete(self) -> bool:
+        return self._totals is None
+
+    def extend_all(self) -> None:
+        if self._totals is None:
+            return
+        totals = self._totals
+        rest = np.array([i for i in range(len(totals)) if i not in self._taken],
+                        dtype=np.intp)
+        if len(rest):
+            order = rest[np.argsort(-totals[rest], kind="stable")]
+            self.extend((float(totals[i]), self._hosts[self._rows[i]]) for i in order)
+        self._totals = None
