@@ -1,4 +1,4 @@
-"""SQLAlchemy models: the whole Berth schema (DESIGN §3).
+"""SQLAlchemy models: the whole Berth schema.
 
 Schema changes go through alembic migrations in ``db/migrations``; a test proves
 the migrated schema equals these models.

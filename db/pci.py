@@ -2,8 +2,9 @@
 
 Every function takes an open SQLAlchemy ``Session`` or ``Connection`` and runs
 inside the caller's transaction, so a device claim commits or rolls back with
-the host claim. Pools are never stored (seed 002): ``pools_for_nodes`` derives
-them from the ``available`` rows with one ``GROUP BY`` that the covering
+the host claim. Pools are never stored (a stored summary drifts from the
+device rows): ``pools_for_nodes`` derives them from the ``available`` rows
+with one ``GROUP BY`` that the covering
 indexes ``pci_devices_pool_idx`` (all nodes) and ``pci_devices_node_pool_idx``
 (some nodes) serve.
 

@@ -1,6 +1,7 @@
 """PCI device pools: counts of free, interchangeable devices of a host.
 
-Pools are never stored (seed 002): the database derives them with one
+Pools are never stored (a stored summary drifts from the device rows): the
+database derives them with one
 ``GROUP BY`` over the available device rows, and ``pools_from_devices`` is the
 same grouping done in Python. A host's pools are a ``tuple[PciPool, ...]``
 sorted by key, so two derivations of the same devices compare equal.

@@ -227,7 +227,7 @@ _REQUEST_KEYS = ("count", "spec", "numa_policy", "alias_name", "request_id")
 
 
 def requests_from_primitive(data: Any, field: str = "pci_requests") -> tuple[PciRequest, ...]:
-    """Requests from a request spec's ``pci_requests`` list (DESIGN §7).
+    """Requests from a request spec's ``pci_requests`` list.
 
     Each item: ``count`` (>= 1), ``spec`` (a non-empty list of specs), optional
     ``numa_policy``, ``alias_name`` and ``request_id`` (generated if absent).

@@ -125,7 +125,7 @@ class Verdicts:
     __slots__ = ("step", "state", "codes", "answers", "classed")
 
     def __init__(self, step: Step, state: Any, n: int, answers: ClassAnswers,
-                 classed: bool) -> None:
+                 classed: str | None) -> None:
         self.step = step
         self.state = state
         self.codes = np.full(n, UNKNOWN, dtype=np.int32)
@@ -151,7 +151,8 @@ def _checked(flt: BaseHostFilter, reason: Any, where: str) -> str | None:
         reason=f"returned {reason!r} {where}: a filter answers None or a non-empty string")
 
 
-def _ask(flt: BaseHostFilter, host, state) -> str | None:
+def ask_host(flt: BaseHostFilter, host, state) -> str | None:
+    """``flt.host_passes(host, state)``, held to the contract."""
     try:
         reason = flt.host_passes(host, state)
     except exception.BerthError:
@@ -168,7 +169,7 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
     flt = step.flt
     n = cols.n
     answers = ClassAnswers(0)
-    v = Verdicts(step, state, n, answers, classed=False)
+    v = Verdicts(step, state, n, answers, classed=None)
     try:
         pairs = list(flt.refusals(cols, state))
     except exception.BerthError:
@@ -211,26 +212,27 @@ def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
         return
     flt = v.step.flt
     hosts = cols.hosts
-    if v.classed:
+    if v.classed is not None:
         _ask_classes(v, cols, unknown)
         return
     answers = v.answers
     codes = v.codes
     for r in unknown.tolist():
-        codes[r] = answers.code_of(_ask(flt, hosts[r], v.state))
+        codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
 def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
     """Ask one host per class among ``rows`` and give its answer to the class.
 
-    An answer is remembered only under the key the host had before and after
-    it was asked (a host changing meanwhile gives no answer for its class);
-    rows still unknown after a few rounds are asked one by one.
+    An answer is given to the class only when the host's row is current (its
+    stamp equals the host's even version) and the host did not change while
+    it was asked; rows still unknown after a few rounds are asked one by one.
     """
     flt = v.step.flt
-    name = flt.name
+    name = v.classed
     classes = cols.classes
     column = cols.class_codes(name)
+    versions = cols.versions
     answers = v.answers
     hosts = cols.hosts
     for _ in range(3):
@@ -243,15 +245,16 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
         _, first = np.unique(column[todo], return_index=True)
         for r in todo[first].tolist():
             host = hosts[r]
-            key = classes.key(name, host)
-            reason = _ask(flt, host, v.state)
-            if classes.key(name, host) == key:
-                code = classes.code(name, key)
-                answers.ensure(code + 1)
+            seen = host.version
+            if seen % 2 or versions[r] != seen:
+                continue            # changing, or the row is behind the host
+            code = int(column[r])
+            reason = ask_host(flt, host, v.state)
+            if host.version == seen:
                 answers.codes[code] = answers.code_of(reason)
         rows = todo
     for r in rows[v.codes[rows] == UNKNOWN].tolist():
-        v.codes[r] = answers.code_of(_ask(flt, hosts[r], v.state))
+        v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
 # -- the cycle ------------------------------------------------------------------------------
@@ -297,14 +300,16 @@ class Cycle:
             return SKIP
         if step.kind == VECTOR:
             return vector_verdicts(step, state, cols)
-        if step.kind == CLASSES and flt.class_applies(state):
+        which = flt.class_for(state) if step.kind == CLASSES else None
+        if which is not None:
+            column = flt.class_column(which)
             memo = flt.memo_key(state)
             if memo is not None:
-                answers = cols.classes.answers(flt.name, memo)
+                answers = cols.classes.answers(column, memo)
             else:
-                answers = ClassAnswers(cols.classes.size(flt.name))
-            return Verdicts(step, state, cols.n, answers, classed=True)
-        return Verdicts(step, state, cols.n, ClassAnswers(0), classed=False)
+                answers = ClassAnswers(cols.classes.size(column))
+            return Verdicts(step, state, cols.n, answers, classed=column)
+        return Verdicts(step, state, cols.n, ClassAnswers(0), classed=None)
 
     # -- filtering -----------------------------------------------------------------
     def candidates(self, request: RequestContext) -> tuple[np.ndarray, dict[str, int]]:

@@ -1,12 +1,12 @@
 """FilterScheduler: choose hosts for a request, then check, claim and consume.
 
-For each instance of a request (seed 001): a :class:`scheduler.cycle.Cycle`
+For each instance of a request: a :class:`scheduler.cycle.Cycle`
 over one snapshot of the cached hosts filters them (remembering why each host
 was removed) and weighs the survivors; a host is picked at random among the
 best ``host_subset_size``, re-checked under its lock with a fresh view of the
 world (group members included) and consumed: the claim is written in one
 generation-guarded transaction that also enforces hard group policies
-(DESIGN §4). A claim conflict re-reads that one host and checks it again,
+(``db.claims``). A claim conflict re-reads that one host and checks it again,
 otherwise the next candidate is tried. A multi-instance request is
 all-or-nothing; a dry run claims nothing and shows each instance the
 earlier ones on a private copy of the columns.
@@ -140,7 +140,8 @@ class FilterScheduler:
         self.steps = cycles.plan(self.filters)
         for step in self.steps:
             if step.kind == cycles.CLASSES:
-                host_manager.register_class(step.name, step.flt.class_key)
+                for column, key_fn in step.flt.class_columns().items():
+                    host_manager.register_class(column, key_fn)
         self.pci_aliases = self._parse_aliases(conf.pci.alias)
         if not host_manager.load_pci_pools:
             host_manager.load_pci_pools = any(f.name == "PciPassthroughFilter"
@@ -167,7 +168,8 @@ class FilterScheduler:
         cols = self.host_manager.columns
         for step in self.steps:
             if step.kind == cycles.CLASSES:
-                cols.class_codes(step.name)
+                for column in step.flt.class_columns():
+                    cols.class_codes(column)
         for w in self.weighers:
             if w.aggregate_multiplier_key:
                 cols.aggregate_min(w.aggregate_multiplier_key)

@@ -71,6 +71,8 @@ class HostColumns:
             setattr(self, name, np.zeros(n, dtype=np.float64))
         for name in BOOL_FIELDS:
             setattr(self, name, np.zeros(n, dtype=bool))
+        #: Per row, the HostState.version the row was written from.
+        self.versions = np.zeros(n, dtype=np.int64)
         self.index_by_host: dict[str, list[int]] = {}
         self.row_of_node: dict[int, int] = {}
         #: aggregate metadata key -> (values, present), see ``aggregate_min``.
@@ -99,8 +101,10 @@ class HostColumns:
         hosts = self.hosts
         classes = self.classes
         class_cols = [(name, codes, keys) for name, (codes, keys) in self._classes.items()]
+        versions = self.versions
         for i in rows:
             hs = hosts[i]
+            versions[i] = hs.version
             values = _row_values(hs)
             for col, value in zip(floats, values, strict=False):
                 col[i] = value
@@ -188,7 +192,7 @@ class HostColumns:
         other.n = self.n
         other.hosts = list(self.hosts)
         other.classes = self.classes
-        for name in FLOAT_FIELDS + BOOL_FIELDS:
+        for name in FLOAT_FIELDS + BOOL_FIELDS + ("versions",):
             setattr(other, name, getattr(self, name).copy())
         other.index_by_host = self.index_by_host
         other.row_of_node = self.row_of_node

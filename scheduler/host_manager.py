@@ -113,10 +113,6 @@ class HostManager:
         with self._index_lock:
             return dict(self._groups.get(group_uuid, {}))
 
-    def instance_host(self, instance_uuid: str) -> HostState | None:
-        node_id = self._instance_node.get(instance_uuid)
-        return self._hosts.get(node_id) if node_id is not None else None
-
     def instance_nodes(self, instance_uuids) -> dict[str, int]:
         """instance uuid -> node id, for the given instances this cache knows."""
         index = self._instance_node
@@ -130,8 +126,8 @@ class HostManager:
     # -- changes of a host's state (claims and releases) --------------------
     def apply_claim(self, host: HostState, spec, consumed: Consumed) -> None:
         """Take a persisted claim into the cached host (caller holds its lock)."""
-        host.apply(spec, consumed)
-        self._row_changed(host)
+        with self._changing(host):
+            host.apply(spec, consumed)
 
     def apply_release(self, released) -> bool:
         """Give a persisted release back to the cached host; False when the cache
@@ -139,11 +135,22 @@ class HostManager:
         host = self._hosts.get(released.node_id)
         if host is None:
             return False
-        with host.lock():
-            if not host.unapply(released):
-                return False
-            self._row_changed(host)
-        return True
+        with host.lock(), self._changing(host):
+            return host.unapply(released)
+
+    @contextlib.contextmanager
+    def _changing(self, hs: HostState) -> Iterator[None]:
+        """Every change of a cached host goes through here: its ``version`` is odd
+        while it changes, then even again, and then its column row is rewritten
+        (stamped with that version). A reader that sees the row's stamp equal to
+        the host's even version before and after reading the host read one
+        consistent state, matching that row (see ``cycle``)."""
+        hs.version += 1
+        try:
+            yield
+        finally:
+            hs.version += 1
+            self._row_changed(hs)
 
     def _row_changed(self, hs: HostState) -> None:
         """Rewrite ``hs``'s row of the live columns (no row yet: nothing to do)."""
@@ -329,44 +336,55 @@ class HostManager:
             self._reindex()
 
     def _apply_node_rows(self, conn, rows, force: bool) -> None:
-        """Take rows whose generation is newer than the cached one."""
-        updated = []
-        added = False
+        """Take rows whose generation is newer than the cached one, with their
+        instances, PCI pools, aggregates and (new hosts) heartbeats."""
+        todo = []
         for row in rows:
             hs = self._hosts.get(row["id"])
+            if hs is None or force or row["generation"] > hs.generation:
+                todo.append((hs, row))
+        if not todo:
+            return
+        ids = [row["id"] for _, row in todo]
+        by_node = queries.instances_by_node(conn, ids)
+        pools = None
+        if self.load_pci_pools:
+            from db import pci as db_pci
+
+            pools = db_pci.pools_for_nodes(conn, ids)
+        unbeaten = [row["host"] for hs, row in todo if hs is None or hs.last_heartbeat is None]
+        beats = queries.heartbeats(conn, hosts=unbeaten) if unbeaten else {}
+        default_az = self.conf.default_availability_zone
+        updated = []
+        added = False
+        for hs, row in todo:
             if hs is None:
                 hs = HostState(row["id"], row["host"], row["hypervisor_hostname"])
                 self._hosts[hs.node_id] = hs
-                new = added = True
-            else:
-                new = False
-            with hs.lock():
-                if not new and not force and row["generation"] <= hs.generation:
+                added = True
+            with hs.lock(), self._changing(hs):
+                # A claim may have moved the cached generation past this row.
+                if not force and row["generation"] <= hs.generation:
                     continue
                 hs.update_from_row(row)
+                if hs.last_heartbeat is None:
+                    hs.last_heartbeat = beats.get(hs.host)
+                if pools is not None:
+                    hs.pci_pools = pools.get(hs.node_id, ())
+                hs.set_aggregates(self._aggs_by_host.get(hs.host, ()), default_az)
             updated.append(hs)
-        if not updated:
-            return
-        ids = [h.node_id for h in updated]
-        fresh = [h for h in updated if h.last_heartbeat is None]
-        if fresh:
-            beats = queries.heartbeats(conn, hosts=[h.host for h in fresh])
-            for hs in fresh:
-                hs.last_heartbeat = beats.get(hs.host)
-        self._load_instances(conn, ids)
-        if self.load_pci_pools:
-            self._load_pools(conn, ids)
-        self._assign_aggregates(updated)
+        self._index_instances(updated, by_node)
         if added:
             self._reindex()
-        else:
-            for hs in updated:
-                self._row_changed(hs)
 
     def _load_instances(self, conn, node_ids) -> None:
         by_node = queries.instances_by_node(conn, node_ids)
         targets = self._hosts.values() if node_ids is None else \
             [self._hosts[i] for i in node_ids if i in self._hosts]
+        self._index_instances(targets, by_node)
+
+    def _index_instances(self, targets, by_node) -> None:
+        """Make ``targets``' instances (and the indexes) those of ``by_node``."""
         with self._index_lock:
             for hs in targets:
                 for inst, group in hs.instances.items():
@@ -405,8 +423,8 @@ class HostManager:
         for hs in hosts:
             aggs = by_host.get(hs.host, ())
             if aggs != hs.aggregates or hs.availability_zone is None:
-                hs.set_aggregates(aggs, default_az)
-                self._row_changed(hs)
+                with self._changing(hs):
+                    hs.set_aggregates(aggs, default_az)
 
     def _heartbeats_due(self) -> bool:
         return time.monotonic() - self._heartbeat_read_at >= \
@@ -424,13 +442,13 @@ class HostManager:
         beats = queries.heartbeats(conn, since)
         if full:
             for hs in self._hosts.values():
-                hs.last_heartbeat = beats.get(hs.host)
-                self._row_changed(hs)
+                with self._changing(hs):
+                    hs.last_heartbeat = beats.get(hs.host)
         else:
             for host, seen in beats.items():
                 for hs in self._by_host.get(host, ()):
-                    hs.last_heartbeat = seen
-                    self._row_changed(hs)
+                    with self._changing(hs):
+                        hs.last_heartbeat = seen
         self._heartbeat_read_at = now
         self._heartbeat_since = started
 

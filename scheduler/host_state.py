@@ -101,8 +101,8 @@ class HostState:
         "hypervisor_type", "hypervisor_version", "host_ip", "cpu_info",
         "supported_instances", "stats", "metrics", "disabled", "disabled_reason",
         "last_heartbeat", "numa_topology", "pci_pools", "aggregates",
-        "availability_zone", "instances", "generation", "updated", "_lock_name",
-        "__weakref__",
+        "availability_zone", "instances", "generation", "updated", "version",
+        "_lock_name", "__weakref__",
     )
 
     def __init__(self, node_id: int, host: str, nodename: str, uuid: str = "") -> None:
@@ -134,6 +134,9 @@ class HostState:
         self.instances: dict[str, str | None] = {}
         self.generation = -1
         self.updated: datetime.datetime | None = None
+        #: Bumped by the HostManager before and after each change (odd while
+        #: changing), so lock-free readers can tell they read one state.
+        self.version = 0
         self._lock_name = f"berth-host-{node_id}"
 
     def __repr__(self) -> str:
@@ -221,11 +224,6 @@ class HostState:
     def free_vcpus(self) -> int:
         return self.vcpus - self.reserved_host_cpus - self.vcpus_used
 
-    @property
-    def limits(self) -> dict[str, float]:
-        return {"vcpu": self.vcpus_limit, "memory_mb": self.memory_mb_limit,
-                "disk_mb": self.disk_mb_limit}
-
     def aggregate_values(self, key: str) -> list[str]:
         """Every value ``key`` has in this host's aggregates' metadata."""
         return [a.metadata[key] for a in self.aggregates if key in a.metadata]
@@ -247,9 +245,11 @@ class HostState:
     # -- NUMA and PCI ---------------------------------------------------------
     def socket_of(self) -> dict[int, int | None] | None:
         """NUMA cell id -> socket, for PCI ``socket`` affinity (None without NUMA)."""
-        if self.numa_topology is None:
-            return None
-        return {c.id: c.socket for c in self.numa_topology.cells}
+        return _socket_of(self.numa_topology)
+
+    def numa_signature(self) -> tuple:
+        """What fitting a guest without PCI requests reads of this host."""
+        return (self.numa_topology, self.cpu_allocation_ratio, self.ram_allocation_ratio)
 
     def fit_signature(self) -> tuple:
         """Everything ``fit`` reads of this host: hosts with equal signatures get
@@ -257,97 +257,27 @@ class HostState:
         return (self.numa_topology, self.cpu_allocation_ratio, self.ram_allocation_ratio,
                 self.pci_pools)
 
+    def numa_reason(self, spec) -> str | None:
+        """Why the request's guest NUMA topology (with the PCI devices it needs on
+        its cells) does not fit here, or None: the NUMA filter's answer. Cheaper
+        than ``fit`` (no CPUs are picked) and remembered the same way."""
+        sig = self.fit_signature() if spec.pci_requests else self.numa_signature() + ((),)
+        return _remembered(("check", spec.fit_key, sig), _check_numa, spec, sig)
+
     def fit(self, spec) -> Fit:
         """Where the request's guest NUMA cells (with their PCI requests) and its
         PCI devices go on this host, or why they can't (``Fit.reason``)."""
-        key = (spec.fit_key, self.fit_signature())
-        hit = _FITS.get(key)
-        if hit is None:
-            hit = _FITS[key] = self._fit(spec)
-            if len(_FITS) > _MAX_FITS:
-                _FITS.popitem(last=False)
-        return hit
-
-    def _fit(self, spec) -> Fit:
-        fitted = None
-        cells = None
-        if spec.numa_topology is not None:
-            result = self._fit_numa(spec)
-            if result.fitted is None:
-                return Fit(None, (), result.reason)
-            fitted = result.fitted
-            cells = frozenset(c.host_cell_id for c in fitted.cells)
-        picks: tuple = ()
-        if spec.pci_requests:
-            from pci import errors as pci_errors
-            from pci import matching
-
-            try:
-                _, picks = matching.apply_requests(self.pci_pools, spec.pci_requests,
-                                                   numa_cells=cells,
-                                                   socket_of=self.socket_of())
-            except pci_errors.PciError:
-                return Fit(None, (), self.pci_reason(spec, cells))
-        return Fit(fitted, picks, None)
-
-    def _fit_numa(self, spec):
-        from numa import fitting
-
-        if self.numa_topology is None:
-            return fitting.FitResult(None, "host has no NUMA topology")
-        limits = fitting.Limits(self.cpu_allocation_ratio, self.ram_allocation_ratio)
-        requests = spec.pci_requests
-        if not requests:
-            return fitting.fit_instance_to_host(self.numa_topology, spec.numa_topology,
-                                                limits=limits)
-        # ``preferred`` devices: first try to land the guest on cells that have
-        # them (as if required), and only then anywhere.
-        if any(r.numa_policy == "preferred" for r in requests):
-            strict = tuple(dataclasses.replace(r, numa_policy="required")
-                           if r.numa_policy == "preferred" else r for r in requests)
-            result = fitting.fit_instance_to_host(
-                self.numa_topology, spec.numa_topology, limits=limits,
-                pci_check=self._pci_check(strict))
-            if result.fitted is not None:
-                return result
-        result = fitting.fit_instance_to_host(self.numa_topology, spec.numa_topology,
-                                              limits=limits,
-                                              pci_check=self._pci_check(requests))
-        if result.fitted is not None:
-            return result
-        # Say which device request failed on the cells the guest would take.
-        bare = fitting.fit_instance_to_host(self.numa_topology, spec.numa_topology,
-                                            limits=limits)
-        if bare.fitted is None:
-            return result
-        cells = frozenset(c.host_cell_id for c in bare.fitted.cells)
-        return fitting.FitResult(None, self.pci_reason(spec, cells))
-
-    def _pci_check(self, requests):
-        from pci import matching
-
-        pools, socket_of = self.pci_pools, self.socket_of()
-
-        def pci_check(host_cells):
-            return matching.supports_requests(pools, requests, numa_cells=host_cells,
-                                              socket_of=socket_of)
-        return pci_check
+        sig = self.fit_signature()
+        return _remembered(("fit", spec.fit_key, sig), _fit, spec, sig)
 
     def pci_reason(self, spec, numa_cells=None) -> str | None:
         """Why the request's PCI devices can't be served here (on ``numa_cells``
         when given), or None when they can."""
-        from pci import matching
-
-        socket_of = self.socket_of()
-        if matching.supports_requests(self.pci_pools, spec.pci_requests,
-                                      numa_cells=numa_cells, socket_of=socket_of):
-            return None
-        return matching.explain(self.pci_pools, spec.pci_requests, numa_cells=numa_cells,
-                                socket_of=socket_of) or "PCI requests cannot be satisfied"
+        return _pci_reason(self.pci_pools, _socket_of(self.numa_topology), spec, numa_cells)
 
     # -- changes (by the HostManager, under this host's lock) -----------------
     def apply(self, spec, consumed: Consumed) -> None:
-        """Subtract a persisted claim; stamps ``updated`` (seed 000)."""
+        """Subtract a persisted claim; stamps ``updated`` only now, on success."""
         self.memory_mb_used += spec.memory_mb
         self.disk_mb_used += spec.disk_mb
         self.vcpus_used += spec.vcpus
@@ -396,11 +326,6 @@ class HostState:
         and while a refresh rewrites the host."""
         return lockutils.lock(self._lock_name)
 
-    def numa_json(self) -> str | None:
-        if self.numa_topology is None:
-            return None
-        return json.dumps(self.numa_topology.to_primitive(), sort_keys=True)
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Fit:
@@ -416,6 +341,110 @@ class Fit:
         return self.reason is None
 
 
-#: (request fit_key, host fit_signature) -> Fit, oldest evicted first.
+#: (kind, request fit_key, host signature) -> answer, oldest evicted first.
 _FITS: collections.OrderedDict = collections.OrderedDict()
 _MAX_FITS = 20000
+
+
+def _remembered(key, compute, spec, sig):
+    """``compute(spec, sig)``, remembered under ``key``. Only the signature's
+    values are read, never the host again, so a host changing meanwhile cannot
+    put an answer under the wrong signature."""
+    hit = _FITS.get(key)
+    if hit is None:
+        hit = _FITS[key] = compute(spec, sig)
+        if len(_FITS) > _MAX_FITS:
+            _FITS.popitem(last=False)
+    return hit
+
+
+def _socket_of(topology) -> dict[int, int | None] | None:
+    if topology is None:
+        return None
+    return {c.id: c.socket for c in topology.cells}
+
+
+def _pci_reason(pools, socket_of, spec, numa_cells) -> str | None:
+    from pci import matching
+
+    if matching.supports_requests(pools, spec.pci_requests, numa_cells=numa_cells,
+                                  socket_of=socket_of):
+        return None
+    return matching.explain(pools, spec.pci_requests, numa_cells=numa_cells,
+                            socket_of=socket_of) or "PCI requests cannot be satisfied"
+
+
+def _fit_numa(spec, sig, check_only: bool):
+    """The guest NUMA fit on a host signature: (FittedTopology | None, reason).
+    ``check_only``: only whether it fits (no CPUs picked)."""
+    from numa import fitting
+
+    topology, cpu_ratio, ram_ratio, pools = sig
+    if topology is None:
+        return None, "host has no NUMA topology"
+    socket_of = _socket_of(topology)
+    limits = fitting.Limits(cpu_ratio, ram_ratio)
+    guest = spec.numa_topology
+
+    def attempt(requests):
+        pci_check = None
+        if requests:
+            def pci_check(host_cells):
+                from pci import matching
+
+                return matching.supports_requests(pools, requests, numa_cells=host_cells,
+                                                  socket_of=socket_of)
+        if check_only:
+            reason = fitting.check_fit(topology, guest, limits=limits, pci_check=pci_check)
+            return (None if reason else True), reason
+        result = fitting.fit_instance_to_host(topology, guest, limits=limits,
+                                              pci_check=pci_check)
+        return result.fitted, result.reason
+
+    requests = spec.pci_requests
+    if not requests:
+        return attempt(())
+    # ``preferred`` devices: first try to land the guest on cells that have
+    # them (as if required), and only then anywhere.
+    if any(r.numa_policy == "preferred" for r in requests):
+        strict = tuple(dataclasses.replace(r, numa_policy="required")
+                       if r.numa_policy == "preferred" else r for r in requests)
+        fitted, reason = attempt(strict)
+        if reason is None:
+            return fitted, None
+    fitted, reason = attempt(requests)
+    if reason is None:
+        return fitted, None
+    # Say which device request failed on the cells the guest would take.
+    bare = fitting.fit_instance_to_host(topology, guest, limits=limits)
+    if bare.fitted is None:
+        return None, reason
+    cells = frozenset(c.host_cell_id for c in bare.fitted.cells)
+    return None, _pci_reason(pools, socket_of, spec, cells)
+
+
+def _check_numa(spec, sig) -> str | None:
+    return _fit_numa(spec, sig, check_only=True)[1]
+
+
+def _fit(spec, sig) -> Fit:
+    topology, _, _, pools = sig
+    fitted = None
+    cells = None
+    if spec.numa_topology is not None:
+        fitted, reason = _fit_numa(spec, sig, check_only=False)
+        if reason is not None:
+            return Fit(None, (), reason)
+        cells = frozenset(c.host_cell_id for c in fitted.cells)
+    picks: tuple = ()
+    if spec.pci_requests:
+        from pci import errors as pci_errors
+        from pci import matching
+
+        socket_of = _socket_of(topology)
+        try:
+            _, picks = matching.apply_requests(pools, spec.pci_requests, numa_cells=cells,
+                                               socket_of=socket_of)
+        except pci_errors.PciError:
+            return Fit(None, (), _pci_reason(pools, socket_of, spec, cells))
+    return Fit(fitted, picks, None)

@@ -1,4 +1,4 @@
-"""RequestSpec: the ``select_destinations`` payload (DESIGN §7), validated.
+"""RequestSpec: the ``select_destinations`` payload (README "File formats"), validated.
 
 ``RequestSpec.from_primitive`` checks every field and raises ``InvalidRequest``
 naming the field; nothing else in the scheduler re-validates. Derived values

@@ -1,4 +1,4 @@
-"""The berth-scheduler daemon: RPC server, workers, signals (DESIGN §2, §6).
+"""The berth-scheduler daemon: RPC server, workers, signals.
 
 One worker is one process: its own database engine, host-state cache,
 FilterScheduler and broker connection, serving ``[scheduler] topic`` with the

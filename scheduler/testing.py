@@ -62,8 +62,10 @@ def _step(flt) -> cycles.Step:
 
 
 def _classes(flt, cols: HostColumns) -> None:
-    if flt.has_classes and flt.name not in cols.classes.names:
-        cols.classes.register(flt.name, flt.class_key)
+    if flt.has_classes:
+        for column, key_fn in flt.class_columns().items():
+            if column not in cols.classes.names:
+                cols.classes.register(column, key_fn)
 
 
 def answers(flt, hosts: Sequence, req: RequestContext) -> list[str | None]:
@@ -92,6 +94,8 @@ def check_filter(flt, hosts: Sequence, requests: Sequence[RequestContext],
     _classes(flt, cols)
     both = flt.has_vector and flt.has_per_host
     for req in requests:
+        if flt.has_classes and flt.has_per_host:
+            _check_classes(flt, hosts, req)
         many = _answers(step, cols, req)
         for host, got in zip(hosts, many, strict=True):
             one_cols = HostColumns([host], cols.classes)
@@ -100,32 +104,38 @@ def check_filter(flt, hosts: Sequence, requests: Sequence[RequestContext],
                 raise ConformanceError(
                     f"{flt.name} on {host.host}: {got!r} among {len(hosts)} hosts but "
                     f"{alone!r} alone (request {req.spec.to_primitive()})")
-            want = None
-            if both or reference is not None:
-                state = flt.prepare(req)
-                if state is SKIP:
-                    want = None
-                elif both:
-                    want = cycles._ask(flt, host, state)
-                else:
-                    want = reference(host, req)
-                if want != got:
-                    raise ConformanceError(
-                        f"{flt.name} on {host.host}: {got!r}, but the "
-                        f"{'per-host form' if both else 'reference'} says {want!r} "
-                        f"(request {req.spec.to_primitive()})")
-        if flt.has_classes and flt.has_per_host:
+            if not (both or reference is not None):
+                continue
             state = flt.prepare(req)
-            if state is not SKIP and flt.class_applies(state):
-                seen: dict[Any, tuple[Any, str | None]] = {}
-                for host in hosts:
-                    key = flt.class_key(host)
-                    direct = cycles._ask(flt, host, state)
-                    if key in seen and seen[key][1] != direct:
-                        raise ConformanceError(
-                            f"{flt.name}: {seen[key][0].host} and {host.host} have the "
-                            f"same class key but answer {seen[key][1]!r} and {direct!r}")
-                    seen.setdefault(key, (host, direct))
+            if state is SKIP:
+                want = None
+            elif both:
+                want = cycles.ask_host(flt, host, state)
+            else:
+                want = reference(host, req)
+            if want != got:
+                raise ConformanceError(
+                    f"{flt.name} on {host.host}: {got!r}, but the "
+                    f"{'per-host form' if both else 'reference'} says {want!r} "
+                    f"(request {req.spec.to_primitive()})")
+
+
+def _check_classes(flt, hosts: Sequence, req: RequestContext) -> None:
+    """Hosts with equal class keys get equal answers from the per-host form."""
+    state = flt.prepare(req)
+    which = None if state is SKIP else flt.class_for(state)
+    if which is None:
+        return
+    key_fn = flt.class_keys()[which]
+    seen: dict[Any, tuple[Any, str | None]] = {}
+    for host in hosts:
+        key = key_fn(host)
+        direct = cycles.ask_host(flt, host, state)
+        if key in seen and seen[key][1] != direct:
+            raise ConformanceError(
+                f"{flt.name}: {seen[key][0].host} and {host.host} have the same class "
+                f"key but answer {seen[key][1]!r} and {direct!r}")
+        seen.setdefault(key, (host, direct))
 
 
 def raw_weights(weigher, hosts: Sequence, req: RequestContext) -> list[float] | None:

@@ -44,7 +44,7 @@ both forms, that they agree) on random fleets.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from scheduler.plugins import SKIP, RequestContext, overrides
@@ -89,16 +89,22 @@ class BaseHostFilter:
         for the same state. Computed when a host changes, never per request."""
         raise NotImplementedError
 
-    def memo_key(self, state) -> Hashable | None:
-        """Optional, with ``class_key``: what the answer depends on in ``state``;
-        class answers are remembered across requests with equal memo keys.
-        ``None``: remember within the request only."""
-        return None
+    def class_keys(self) -> Mapping[str, Callable[[Any], Hashable]]:
+        """Optional: several named class keys, for filters whose rule reads more
+        of the host for some requests than for others (``class_for`` picks one
+        per request). Default: ``class_key`` under the name ``""``."""
+        return {"": self.class_key}
 
-    def class_applies(self, state) -> bool:
-        """Whether ``class_key`` classes answer for this request (a filter whose
-        rule sometimes reads more than the key covers returns False then)."""
-        return True
+    def class_for(self, state) -> str | None:
+        """Which of ``class_keys`` answers for this request; ``None`` when this
+        request reads more than any key covers (then every host is asked)."""
+        return ""
+
+    def memo_key(self, state) -> Hashable | None:
+        """Optional, with classes: what the answer depends on in ``state``; class
+        answers are remembered across requests with equal memo keys. ``None``:
+        remember within the request only."""
+        return None
 
     # -- what the framework asks ----------------------------------------------
     @property
@@ -111,4 +117,13 @@ class BaseHostFilter:
 
     @property
     def has_classes(self) -> bool:
-        return overrides(self, BaseHostFilter, "class_key")
+        return overrides(self, BaseHostFilter, "class_key") or \
+            overrides(self, BaseHostFilter, "class_keys")
+
+    def class_column(self, which: str) -> str:
+        """The name of the host-columns class column for ``class_keys()[which]``."""
+        return self.name if which == "" else f"{self.name}:{which}"
+
+    def class_columns(self) -> dict[str, Callable[[Any], Hashable]]:
+        """Class column name -> key function, for every key of this filter."""
+        return {self.class_column(k): fn for k, fn in self.class_keys().items()}

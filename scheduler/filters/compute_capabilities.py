@@ -155,8 +155,8 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
                 host.memory_mb, host.local_gb, host.cpu_allocation_ratio,
                 host.ram_allocation_ratio, host.disk_allocation_ratio)
 
-    def class_applies(self, req: _Request) -> bool:
-        return not req.per_host
+    def class_for(self, req: _Request) -> str | None:
+        return None if req.per_host else ""
 
     def memo_key(self, req: _Request):
         return req.key

@@ -4,24 +4,42 @@ from __future__ import annotations
 from scheduler.filters import SKIP, BaseHostFilter
 
 
+def _pinned_key(host) -> tuple:
+    # A guest with only pinned vCPUs never reads the CPU ratio, and never
+    # over-commits memory: of the RAM ratio only a value below 1 matters.
+    return (host.numa_topology, min(host.ram_allocation_ratio, 1.0))
+
+
 class NUMATopologyFilter(BaseHostFilter):
-    """Passes hosts where ``numa.fitting.fit_instance_to_host`` finds a fit
-    (``HostState.fit``), PCI devices on the chosen cells included.
+    """Passes hosts where ``numa.fitting`` finds a fit (``HostState.numa_reason``),
+    PCI devices on the chosen cells included.
 
     Requests without a guest NUMA topology pass everywhere. Hosts in the same
-    NUMA state (topology with its usage, ratios, PCI pools: ``fit_signature``)
-    are fitted once, and the claim step reuses that very fit.
+    NUMA state are checked once per request shape: the same topology with its
+    usage, plus what this guest reads besides — the allocation ratios (not for
+    a guest with only pinned vCPUs) and the PCI pools (only when it asks for
+    devices).
     """
 
     def prepare(self, request):
         spec = request.spec
         return SKIP if spec.numa_topology is None else spec
 
-    def class_key(self, host):
-        return host.fit_signature()
+    def class_keys(self):
+        return {"": lambda host: host.numa_signature(),
+                "pci": lambda host: host.fit_signature(),
+                "pinned": _pinned_key,
+                "pinned-pci": lambda host: _pinned_key(host) + (host.pci_pools,)}
+
+    def class_for(self, spec) -> str:
+        pinned = all(not cell.cpuset for cell in spec.numa_topology.cells)
+        which = "pinned" if pinned else ""
+        if spec.pci_requests:
+            which = f"{which}-pci" if which else "pci"
+        return which
 
     def memo_key(self, spec):
         return spec.fit_key
 
     def host_passes(self, host, spec) -> str | None:
-        return host.fit(spec).reason
+        return host.numa_reason(spec)

@@ -112,7 +112,7 @@ def test_usage_counters_are_asked_per_host_not_per_class():
         extra_specs={"capabilities:stats:tier": "gold"})))
     by_usage = filt.prepare(fakes.ctx().request(fakes.fake_spec(
         extra_specs={"capabilities:free_ram_mb": ">= 1024"})))
-    assert filt.class_applies(by_stats) and not filt.class_applies(by_usage)
+    assert filt.class_for(by_stats) == "" and filt.class_for(by_usage) is None
     hosts = [fakes.fake_host("a", memory_mb_used=16000), fakes.fake_host("b")]
     spec = fakes.fake_spec(extra_specs={"capabilities:free_ram_mb": ">= 1024"})
     assert fakes.filter_vector(filt, hosts, spec) == [False, True]

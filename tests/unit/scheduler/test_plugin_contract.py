@@ -1,0 +1,270 @@
+"""The plugin contract, as a third party meets it.
+
+A filter or weigher with only the per-host method works on every path
+(filtering, multi-instance and dry runs, force/ignore, the NoValidHost
+explanation, the recheck before a claim); a bad answer fails the same typed
+way on every path; ``scheduler.testing`` catches a vector form that disagrees
+with its per-host form and a class key that does not cover the rule.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from oslo_config import cfg
+
+from db import hosts as db_hosts
+from scheduler import exception, testing
+from scheduler import fleet as fleet_mod
+from scheduler.filter_scheduler import FilterScheduler, load_filters, load_weighers
+from scheduler.filters import SKIP, BaseHostFilter
+from scheduler.host_manager import HostManager
+from scheduler.weights import BaseWeigher
+from tests.unit.scheduler import fakes
+
+
+class GoldOnlyFilter(BaseHostFilter):
+    """Only the per-host method (the README's example)."""
+
+    calls = 0
+
+    def host_passes(self, host, request):
+        type(self).calls += 1
+        if host.stats.get("tier") != "gold":
+            return "not a gold host"
+        return None
+
+
+class GoldByClassFilter(GoldOnlyFilter):
+    def class_key(self, host):
+        return host.stats.get("tier")
+
+    def memo_key(self, request):
+        return "gold"
+
+
+class FewestInstancesWeigher(BaseWeigher):
+    """Only the per-host method."""
+
+    def weigh(self, host, request):
+        return -host.num_instances
+
+
+class EmptyReasonFilter(BaseHostFilter):
+    def host_passes(self, host, request):
+        return "" if host.host == "h1" else None
+
+
+class CrashingFilter(BaseHostFilter):
+    def host_passes(self, host, request):
+        raise ZeroDivisionError("oops")
+
+
+class DisagreeingFilter(BaseHostFilter):
+    """Two forms of a rule that drifted apart."""
+
+    def host_passes(self, host, request):
+        return None if host.memory_mb >= 8192 else "small"
+
+    def refusals(self, cols, request):
+        return [("small", cols.memory_usable < 8192)]   # reserved memory counted
+
+
+class LooseClassFilter(BaseHostFilter):
+    """A class key that misses what the rule reads."""
+
+    def host_passes(self, host, request):
+        return None if host.vcpus >= 16 else "too few vCPUs"
+
+    def class_key(self, host):
+        return host.hypervisor_type
+
+
+HOSTS = [{"host": f"h{i}", "vcpus": 8 * (1 + i % 3), "memory_mb": 16384, "local_gb": 100,
+          "stats": {"tier": "gold" if i % 2 else "silver"}} for i in range(8)]
+
+
+@pytest.fixture
+def conf():
+    c = cfg.CONF
+    c([], project="berth")
+    yield c
+
+
+def _sched(db, conf, filters, weighers=()):
+    db_hosts.import_fleet(db, fleet_mod.load_fleet({"hosts": HOSTS}))
+    builtin = load_filters(["ComputeFilter", "RamFilter"], conf)
+    return FilterScheduler(HostManager(db, conf), conf, filters=builtin + list(filters),
+                           weighers=list(weighers))
+
+
+def _spec(s, n=1, **kw):
+    return s.parse_request({"flavor": {"vcpus": 1, "memory_mb": 4096, "root_gb": 1},
+                            "num_instances": n, **kw})
+
+
+@pytest.mark.parametrize("flt_cls", [GoldOnlyFilter, GoldByClassFilter])
+def test_per_host_plugins_work_on_every_path(sqlite_db, conf, flt_cls):
+    s = _sched(sqlite_db, conf, [flt_cls(conf)], [FewestInstancesWeigher(conf)])
+    gold = {"h1", "h3", "h5", "h7"}
+    # Plain, multi-instance claims, and a dry run that must see its own claims.
+    placed = s.select_destinations(_spec(s))
+    assert placed[0][0].host in gold
+    many = s.select_destinations(_spec(s, 3))
+    assert {sel[0].host for sel in many} <= gold
+    dry = s.select_destinations(_spec(s, 4, flavor={"vcpus": 1, "memory_mb": 12288,
+                                                    "root_gb": 1}), dry_run=True)
+    assert len({sel[0].host for sel in dry}) == 4          # 12 GiB: one per host
+    # force / ignore.
+    assert s.select_destinations(_spec(s, force_hosts=["h3", "h4"]))[0][0].host == "h3"
+    ignored = s.select_destinations(_spec(s, ignore_hosts=["h1", "h3", "h5"]))
+    assert ignored[0][0].host == "h7"
+    # The explanation names the plugin and its reason.
+    with pytest.raises(exception.NoValidHost) as err:
+        s.select_destinations(_spec(s, force_hosts=["h0", "h2"]))
+    filters = {f["filter"]: f for f in err.value.summary["filters"]}
+    assert filters[flt_cls.__name__]["reasons"] == {"not a gold host": 2}
+    assert "2 " + flt_cls.__name__ + " (not a gold host)" in err.value.reason
+
+
+def test_classes_ask_once_per_class(sqlite_db, conf):
+    GoldByClassFilter.calls = 0
+    s = _sched(sqlite_db, conf, [GoldByClassFilter(conf)])
+    s.select_destinations(_spec(s), dry_run=True)
+    assert GoldByClassFilter.calls == 2              # gold and silver, not 8 hosts
+    s.select_destinations(_spec(s), dry_run=True)
+    # Remembered across requests (same memo key); the recheck of the chosen
+    # host uses the same answers.
+    assert GoldByClassFilter.calls == 2
+
+
+def test_the_recheck_before_a_claim_runs_plugins(sqlite_db, conf):
+    class Flip(BaseHostFilter):
+        seen: list = []
+
+        def host_passes(self, host, request):
+            self.seen.append(host.host)
+            return None
+
+    flip = Flip(conf)
+    s = _sched(sqlite_db, conf, [flip])
+    chosen = s.select_destinations(_spec(s))[0][0].host
+    # Asked on every host while filtering, then once more on the chosen one.
+    assert flip.seen.count(chosen) == 2 and len(flip.seen) == len(HOSTS) + 1
+
+
+@pytest.mark.parametrize("bad,text", [(EmptyReasonFilter, "returned ''"),
+                                      (CrashingFilter, "ZeroDivisionError")])
+def test_a_broken_filter_fails_typed_on_every_path(sqlite_db, conf, bad, text):
+    s = _sched(sqlite_db, conf, [bad(conf)])
+    for kwargs in ({}, {"dry_run": True}):
+        with pytest.raises(exception.PluginError, match=text) as err:
+            s.select_destinations(_spec(s, 2), **kwargs)
+        assert err.value.plugin == bad.__name__
+    with pytest.raises(exception.PluginError):
+        s.select_destinations(_spec(s, force_hosts=["h1"]))
+    with pytest.raises(exception.PluginError):
+        testing.answers(bad(conf), [fakes.fake_host("h1")],
+                        testing.request(fakes.fake_spec()))
+    assert s.host_manager.host_states()[1].num_instances == 0     # nothing claimed
+
+
+def test_a_weigher_returning_nan_is_a_plugin_error(sqlite_db, conf):
+    class Nan(BaseWeigher):
+        def weigh(self, host, request):
+            return float("nan")
+
+    s = _sched(sqlite_db, conf, [], [Nan(conf)])
+    with pytest.raises(exception.PluginError, match="finite"):
+        s.select_destinations(_spec(s))
+
+
+def test_a_weigher_skipping_a_request_is_not_asked(sqlite_db, conf):
+    class Never(BaseWeigher):
+        def prepare(self, request):
+            return SKIP
+
+        def weigh(self, host, request):
+            raise AssertionError("asked")
+
+    s = _sched(sqlite_db, conf, [], [Never(conf)])
+    assert s.select_destinations(_spec(s))
+
+
+def test_conformance_catches_drifted_forms_and_loose_classes(conf):
+    hosts = [fakes.fake_host(f"h{i}", memory_mb=8192, reserved_host_memory_mb=512 * (i % 2),
+                             vcpus=8 * (1 + i % 2)) for i in range(4)]
+    req = testing.request(fakes.fake_spec())
+    with pytest.raises(testing.ConformanceError, match="per-host form"):
+        testing.check_filter(DisagreeingFilter(conf), hosts, [req])
+    with pytest.raises(testing.ConformanceError, match="same class key"):
+        testing.check_filter(LooseClassFilter(conf), hosts, [req])
+    testing.check_filter(GoldByClassFilter(conf), hosts, [req])
+
+
+@pytest.mark.parametrize("name", [
+    "AllHostsFilter", "ComputeFilter", "RamFilter", "CoreFilter", "DiskFilter",
+    "AggregateRamFilter", "AggregateCoreFilter", "AggregateDiskFilter",
+    "AvailabilityZoneFilter", "ComputeCapabilitiesFilter", "ImagePropertiesFilter",
+    "AggregateInstanceExtraSpecsFilter", "SameHostFilter", "DifferentHostFilter",
+    "ServerGroupAffinityFilter", "ServerGroupAntiAffinityFilter", "NumInstancesFilter",
+    "AggregateNumInstancesFilter", "IoOpsFilter", "AggregateIoOpsFilter",
+    "NUMATopologyFilter", "PciPassthroughFilter"])
+def test_every_builtin_filter_conforms(sqlite_db, conf, name):
+    """Every built-in on a random heterogeneous fleet and random requests: all
+    paths agree, and with the per-host reference (tests/unit/scheduler/reference)."""
+    import random
+
+    from tests.unit.scheduler import reference
+    from tests.unit.scheduler import test_equivalence as te
+
+    conf.set_override("alias", [te.ALIAS], group="pci")
+    try:
+        rng = random.Random(name)
+        db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(te._fleet(rng, 30)))
+        s = FilterScheduler(HostManager(sqlite_db, conf), conf,
+                            filters=load_filters([name], conf), weighers=[])
+        hosts = s.host_manager.host_states()
+        flt = s.filters[0]
+        members = {"h001": 1, "h004": 2}
+        nodes = {"00000000-0000-4000-8000-000000000001": hosts[3].node_id}
+        hosts[3].instances["00000000-0000-4000-8000-000000000001"] = None
+        requests = [testing.request(te._request(rng, s, "g", list(nodes)),
+                                    group_hosts=members, instance_nodes=nodes)
+                    for _ in range(25)]
+        rule = reference.filter_rule(flt) if not flt.has_per_host else None
+        testing.check_filter(flt, hosts, requests, reference=rule)
+    finally:
+        conf.clear_override("alias", group="pci")
+
+
+@pytest.mark.parametrize("name", [
+    "RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "NumInstancesWeigher",
+    "HypervisorVersionWeigher", "ServerGroupSoftAffinityWeigher",
+    "ServerGroupSoftAntiAffinityWeigher", "BuildFailureWeigher", "PCIWeigher"])
+def test_every_builtin_weigher_conforms(sqlite_db, conf, name):
+    import random
+
+    from tests.unit.scheduler import reference
+    from tests.unit.scheduler import test_equivalence as te
+
+    conf.set_override("alias", [te.ALIAS], group="pci")
+    try:
+        rng = random.Random(name)
+        db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(te._fleet(rng, 30)))
+        s = FilterScheduler(HostManager(sqlite_db, conf), conf, filters=[],
+                            weighers=load_weighers([name], conf))
+        requests = [testing.request(te._request(rng, s, "g"), group_hosts={"h002": 3})
+                    for _ in range(10)]
+        testing.check_weigher(s.weighers[0], s.host_manager.host_states(), requests,
+                              reference=reference.WEIGHT_RULES[name])
+    finally:
+        conf.clear_override("alias", group="pci")
+
+
+def test_vector_answers_must_be_masks(conf):
+    class BadMask(BaseHostFilter):
+        def refusals(self, cols, request):
+            return [("no", np.zeros(cols.n + 1, dtype=bool))]
+
+    with pytest.raises(exception.PluginError, match="bool masks"):
+        testing.answers(BadMask(conf), [fakes.fake_host()], testing.request(fakes.fake_spec()))
