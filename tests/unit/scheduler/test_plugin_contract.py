@@ -268,3 +268,24 @@ def test_vector_answers_must_be_masks(conf):
 
     with pytest.raises(exception.PluginError, match="bool masks"):
         testing.answers(BadMask(conf), [fakes.fake_host()], testing.request(fakes.fake_spec()))
+
+
+def test_the_readme_example_plugin_works(sqlite_db, conf):
+    """The example in README "Writing a filter or weigher" runs as printed."""
+    import pathlib
+    import re
+    import textwrap
+
+    readme = (pathlib.Path(__file__).parents[3] / "README.rst").read_text()
+    block = re.search(r"entry points \(``setup.cfg``\)::\n\n(.*?)\n\nThe contract", readme,
+                      re.S).group(1)
+    namespace: dict = {}
+    exec(textwrap.dedent(block), namespace)
+    gold = namespace["GoldOnlyFilter"](conf)
+    hosts = [fakes.fake_host(f"h{i}", stats={"tier": "gold" if i % 2 else "silver"})
+             for i in range(4)]
+    asks = [testing.request(fakes.fake_spec(extra_specs={"mycloud:tier": "gold"})),
+            testing.request(fakes.fake_spec())]
+    testing.check_filter(gold, hosts, asks)
+    assert testing.answers(gold, hosts, asks[0]) == ["not a gold host", None] * 2
+    assert testing.answers(gold, hosts, asks[1]) == [None] * 4
