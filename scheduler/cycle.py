@@ -44,45 +44,38 @@ LOG = logging.getLogger(__name__)
 
 # -- force / ignore, as filters of their own ----------------------------------------------
 
-class _IgnoreHosts(BaseHostFilter):
-    name = "ignore_hosts"
+class _ListedHosts(BaseHostFilter):
+    """``ignore_hosts`` / ``force_hosts`` / ``force_nodes``: the request's own
+    lists of host (or node) names, as the first filters of every request."""
+
     run_filter_once_per_request = True
 
-    def prepare(self, request):
-        return request.spec.ignore_hosts or SKIP
+    def __init__(self, field: str, by_node: bool, keep_listed: bool, reason: str) -> None:
+        super().__init__(None)
+        self.field, self.by_node, self.keep_listed, self.reason = \
+            field, by_node, keep_listed, reason
 
-    def refusals(self, cols, names):
-        refused = np.zeros(cols.n, dtype=bool)
-        refused[cols.host_indexes(names)] = True
-        return [("host is ignored", refused)]
-
-
-class _ForceHosts(BaseHostFilter):
-    name = "force_hosts"
-    run_filter_once_per_request = True
+    @property
+    def name(self) -> str:
+        return self.field
 
     def prepare(self, request):
-        return request.spec.force_hosts or SKIP
+        return getattr(request.spec, self.field) or SKIP
 
     def refusals(self, cols, names):
-        refused = np.ones(cols.n, dtype=bool)
-        refused[cols.host_indexes(names)] = False
-        return [("not a forced host", refused)]
+        if self.by_node:
+            listed = cols.nodename_mask(names)
+        else:
+            listed = np.zeros(cols.n, dtype=bool)
+            listed[cols.host_indexes(names)] = True
+        return [(self.reason, ~listed if self.keep_listed else listed)]
 
 
-class _ForceNodes(BaseHostFilter):
-    name = "force_nodes"
-    run_filter_once_per_request = True
-
-    def prepare(self, request):
-        return request.spec.force_nodes or SKIP
-
-    def refusals(self, cols, names):
-        return [("not a forced node", ~cols.nodename_mask(names))]
-
-
-REQUEST_STEPS: tuple[BaseHostFilter, ...] = (_IgnoreHosts(None), _ForceHosts(None),
-                                             _ForceNodes(None))
+REQUEST_STEPS: tuple[BaseHostFilter, ...] = (
+    _ListedHosts("ignore_hosts", by_node=False, keep_listed=False, reason="host is ignored"),
+    _ListedHosts("force_hosts", by_node=False, keep_listed=True, reason="not a forced host"),
+    _ListedHosts("force_nodes", by_node=True, keep_listed=True, reason="not a forced node"),
+)
 
 
 # -- one filter's answers ----------------------------------------------------------------

@@ -8,6 +8,8 @@ with its per-host form and a class key that does not cover the rule.
 """
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from oslo_config import cfg
@@ -19,7 +21,8 @@ from scheduler.filter_scheduler import FilterScheduler, load_filters, load_weigh
 from scheduler.filters import SKIP, BaseHostFilter
 from scheduler.host_manager import HostManager
 from scheduler.weights import BaseWeigher
-from tests.unit.scheduler import fakes
+from tests.unit.scheduler import fakes, reference
+from tests.unit.scheduler import test_equivalence as te
 
 
 class GoldOnlyFilter(BaseHostFilter):
@@ -201,22 +204,10 @@ def test_conformance_catches_drifted_forms_and_loose_classes(conf):
     testing.check_filter(GoldByClassFilter(conf), hosts, [req])
 
 
-@pytest.mark.parametrize("name", [
-    "AllHostsFilter", "ComputeFilter", "RamFilter", "CoreFilter", "DiskFilter",
-    "AggregateRamFilter", "AggregateCoreFilter", "AggregateDiskFilter",
-    "AvailabilityZoneFilter", "ComputeCapabilitiesFilter", "ImagePropertiesFilter",
-    "AggregateInstanceExtraSpecsFilter", "SameHostFilter", "DifferentHostFilter",
-    "ServerGroupAffinityFilter", "ServerGroupAntiAffinityFilter", "NumInstancesFilter",
-    "AggregateNumInstancesFilter", "IoOpsFilter", "AggregateIoOpsFilter",
-    "NUMATopologyFilter", "PciPassthroughFilter"])
+@pytest.mark.parametrize("name", te.ALL_FILTERS)
 def test_every_builtin_filter_conforms(sqlite_db, conf, name):
     """Every built-in on a random heterogeneous fleet and random requests: all
     paths agree, and with the per-host reference (tests/unit/scheduler/reference)."""
-    import random
-
-    from tests.unit.scheduler import reference
-    from tests.unit.scheduler import test_equivalence as te
-
     conf.set_override("alias", [te.ALIAS], group="pci")
     try:
         rng = random.Random(name)
@@ -237,16 +228,8 @@ def test_every_builtin_filter_conforms(sqlite_db, conf, name):
         conf.clear_override("alias", group="pci")
 
 
-@pytest.mark.parametrize("name", [
-    "RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "NumInstancesWeigher",
-    "HypervisorVersionWeigher", "ServerGroupSoftAffinityWeigher",
-    "ServerGroupSoftAntiAffinityWeigher", "BuildFailureWeigher", "PCIWeigher"])
+@pytest.mark.parametrize("name", te.ALL_WEIGHERS)
 def test_every_builtin_weigher_conforms(sqlite_db, conf, name):
-    import random
-
-    from tests.unit.scheduler import reference
-    from tests.unit.scheduler import test_equivalence as te
-
     conf.set_override("alias", [te.ALIAS], group="pci")
     try:
         rng = random.Random(name)
