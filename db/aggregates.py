@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from oslo_db import exception as db_exc
 from sqlalchemy.orm import Session
 
+from db import errors as exception
 from db import models
 from db.api import Database, retry_on_deadlock
-from scheduler import exception
 
 AZ_KEY = "availability_zone"
 _UNSET = object()

@@ -18,13 +18,13 @@ from oslo_log import log as logging
 from sqlalchemy.orm import Session
 
 from db import aggregates as db_aggregates
+from db import errors as exception
 from db import models
 from db import pci as db_pci
 from db.api import Database, retry_on_deadlock
+from db.records import NUMA_CELL_LAYOUT_KEYS, Fleet, HostRecord
 from pci import device as pci_device
 from pci.report import ReportPlan
-from scheduler import exception
-from scheduler.fleet import NUMA_CELL_LAYOUT_KEYS, Fleet, HostRecord
 
 LOG = logging.getLogger(__name__)
 

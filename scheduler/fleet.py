@@ -1,4 +1,4 @@
-"""The fleet file (DESIGN §7): hosts and aggregates an operator imports.
+"""The fleet file (README "File formats"): hosts and aggregates an operator imports.
 
 ``load_fleet`` validates the whole document before anything is written and
 raises :class:`InvalidFleet` naming the host (index and name), the field and
@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from oslo_config import cfg
 
+from db.records import NUMA_CELL_LAYOUT_KEYS, AggregateRecord, Fleet, HostRecord
 from numa import errors as numa_errors
 from numa import topology as numa_topology
 from pci import device as pci_device
@@ -44,58 +45,11 @@ cfg.CONF.register_opts(compute_opts, group="compute")
 
 LIST_OPTS = [("compute", compute_opts)]
 
-# The NUMA cell keys of the fleet format; anything else stored in a cell is usage.
-NUMA_CELL_LAYOUT_KEYS = frozenset(
-    {"id", "socket", "cpuset", "pcpuset", "siblings", "memory_mb", "mempages"})
 _MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total"})
 
 
 class InvalidFleet(exception.InvalidRequest):
     """A fleet document failed validation; the message names host, field and expectation."""
-
-
-@dataclasses.dataclass(frozen=True)
-class HostRecord:
-    """One compute node as the fleet file (or a host's report) describes it."""
-
-    host: str
-    node: str
-    vcpus: int
-    memory_mb: int
-    local_gb: int
-    cpu_allocation_ratio: float
-    ram_allocation_ratio: float
-    disk_allocation_ratio: float
-    reserved_host_memory_mb: int = 0
-    reserved_host_disk_mb: int = 0
-    reserved_host_cpus: int = 0
-    hypervisor_type: str | None = None
-    hypervisor_version: int | None = None
-    host_ip: str | None = None
-    cpu_info: dict | None = None
-    supported_instances: list | None = None
-    stats: dict = dataclasses.field(default_factory=dict)
-    metrics: dict = dataclasses.field(default_factory=dict)
-    disabled: bool = False
-    disabled_reason: str | None = None
-    # The normalised topology primitive ({"cells": [...]}); None: no NUMA.
-    numa_topology: dict | None = None
-    # None means "not reported": an upsert leaves the node's devices alone.
-    pci_devices: list[pci_device.PciDevice] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class AggregateRecord:
-    name: str
-    availability_zone: str | None = None
-    hosts: tuple[str, ...] = ()
-    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Fleet:
-    hosts: tuple[HostRecord, ...] = ()
-    aggregates: tuple[AggregateRecord, ...] = ()
 
 
 def compute_defaults(conf: cfg.ConfigOpts = cfg.CONF) -> dict[str, float]:

@@ -28,7 +28,7 @@ from pci.device import validate_device
 from pci.errors import PciError
 from scheduler import exception, fleet
 from scheduler.request_spec import RequestSpec
-from scheduler.rpc import check_json
+from scheduler.rpc import ALLOWED_REMOTE_EXMODS, check_json
 
 LOG = logging.getLogger(__name__)
 
@@ -42,10 +42,11 @@ MAX_AGGREGATE_HOSTS = 10000
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")
 
 def _wire_error(error: exception.BerthError) -> exception.BerthError:
-    """The same error as a ``scheduler.exception`` type, the only module the
-    client may rebuild (e.g. ``fleet.InvalidFleet`` travels as InvalidRequest)."""
+    """The same error as a type of a module the client may rebuild
+    (``scheduler.rpc.ALLOWED_REMOTE_EXMODS``; e.g. ``fleet.InvalidFleet`` travels
+    as InvalidRequest)."""
     for cls in type(error).__mro__:
-        if cls.__module__ == exception.__name__:
+        if cls.__module__ in ALLOWED_REMOTE_EXMODS:
             if cls is type(error):
                 return error
             return cls(error.message, **error.kwargs)

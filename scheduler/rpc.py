@@ -20,7 +20,7 @@ IN_PROCESS_TRANSPORT_URL = "kombu+memory:////"
 CONTROL_EXCHANGE = "berth"
 
 # Errors raised by the daemon that the client rebuilds as the same types.
-ALLOWED_REMOTE_EXMODS = ["scheduler.exception"]
+ALLOWED_REMOTE_EXMODS = ["scheduler.exception", "db.errors"]
 
 
 

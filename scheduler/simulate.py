@@ -1,6 +1,6 @@
 """Scenario runner behind ``berth-manage simulate`` and the functional scenarios.
 
-A scenario (DESIGN §7) is a fleet, optional config overrides and steps. It runs
+A scenario (README "File formats") is a fleet, optional config overrides and steps. It runs
 in-process on a throwaway SQLite database; after every step the runner checks
 that each node's usage equals the sum of its allocations and stays within
 (total - reserved) x allocation ratio.

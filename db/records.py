@@ -1,0 +1,56 @@
+"""The records a fleet file or a host's report becomes: plain values that the
+scheduler validates (``scheduler.fleet``) and the database layer writes
+(``db.hosts``)."""
+from __future__ import annotations
+
+import dataclasses
+
+from pci import device as pci_device
+
+# The NUMA cell keys of the fleet format; anything else stored in a cell is usage.
+NUMA_CELL_LAYOUT_KEYS = frozenset(
+    {"id", "socket", "cpuset", "pcpuset", "siblings", "memory_mb", "mempages"})
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRecord:
+    """One compute node as the fleet file (or a host's report) describes it."""
+
+    host: str
+    node: str
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    cpu_allocation_ratio: float
+    ram_allocation_ratio: float
+    disk_allocation_ratio: float
+    reserved_host_memory_mb: int = 0
+    reserved_host_disk_mb: int = 0
+    reserved_host_cpus: int = 0
+    hypervisor_type: str | None = None
+    hypervisor_version: int | None = None
+    host_ip: str | None = None
+    cpu_info: dict | None = None
+    supported_instances: list | None = None
+    stats: dict = dataclasses.field(default_factory=dict)
+    metrics: dict = dataclasses.field(default_factory=dict)
+    disabled: bool = False
+    disabled_reason: str | None = None
+    # The normalised topology primitive ({"cells": [...]}); None: no NUMA.
+    numa_topology: dict | None = None
+    # None means "not reported": an upsert leaves the node's devices alone.
+    pci_devices: list[pci_device.PciDevice] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregateRecord:
+    name: str
+    availability_zone: str | None = None
+    hosts: tuple[str, ...] = ()
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fleet:
+    hosts: tuple[HostRecord, ...] = ()
+    aggregates: tuple[AggregateRecord, ...] = ()
