@@ -139,7 +139,7 @@ class FilterScheduler:
             load_weighers(fs.weight_classes, conf)
         self.steps = cycles.plan(self.filters)
         for step in self.steps:
-            if step.kind == cycles.CLASSES:
+            if step.flt.has_classes:    # per-host filters and vector ones that use classes
                 for column, key_fn in step.flt.class_columns().items():
                     host_manager.register_class(column, key_fn)
         self.pci_aliases = self._parse_aliases(conf.pci.alias)
@@ -167,7 +167,7 @@ class FilterScheduler:
         self.host_manager.refresh()
         cols = self.host_manager.columns
         for step in self.steps:
-            if step.kind == cycles.CLASSES:
+            if step.flt.has_classes:
                 for column in step.flt.class_columns():
                     cols.class_codes(column)
         for w in self.weighers:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 from scheduler.filters import SKIP, BaseHostFilter
-from scheduler.filters.extra_specs_ops import Predicate, compile_requirement
+from scheduler.filters.extra_specs_ops import Predicate, compile_requirement, numeric_requirement
 
 SCOPE = "capabilities"
 
@@ -62,7 +64,7 @@ HOST_ATTRIBUTES: dict[str, str] = {
 class _Requirement:
     """One parsed extra spec: where to look on the host and what must hold."""
 
-    __slots__ = ("first", "attribute", "rest", "unscoped", "check", "reason")
+    __slots__ = ("first", "attribute", "rest", "unscoped", "check", "reason", "numeric")
 
     def __init__(self, key: str, path: list[str], unscoped: bool, req: str) -> None:
         self.first = path[0]
@@ -71,6 +73,8 @@ class _Requirement:
         self.unscoped = unscoped
         self.check: Predicate = compile_requirement(req)
         self.reason = f"extra spec {key}='{req}' not satisfied"
+        #: (compare, operand) for a numeric operator, else None.
+        self.numeric = numeric_requirement(req)
 
 
 def parse_extra_specs(extra_specs) -> tuple[_Requirement, ...]:
@@ -112,28 +116,36 @@ def _lookup(host, item: _Requirement) -> Any:
     return value
 
 
-#: Host attributes that change with placements or are unique per host: a
-#: request reading them is answered host by host, not per class.
-_PER_HOST = frozenset({"host", "nodename", "uuid", "host_ip", "vcpus_used", "free_vcpus",
-                       "memory_mb_used", "free_ram_mb", "disk_mb_used", "free_disk_mb",
-                       "num_instances", "num_io_ops", "failed_builds"})
+#: Usage counters (they change with placements), as HostColumns columns.
+_COUNTERS: dict[str, Any] = {
+    "vcpus_used": lambda cols: cols.vcpus_used,
+    "free_vcpus": lambda cols: cols.vcpus_usable - cols.vcpus_used,
+    "memory_mb_used": lambda cols: cols.memory_used,
+    "free_ram_mb": lambda cols: cols.free_ram,
+    "disk_mb_used": lambda cols: cols.disk_used,
+    "free_disk_mb": lambda cols: cols.free_disk,
+    "num_instances": lambda cols: cols.num_instances,
+    "num_io_ops": lambda cols: cols.num_io_ops,
+    "failed_builds": lambda cols: cols.failed_builds,
+}
+#: Values unique to each host: a request reading them is answered host by host.
+_IDENTITY = frozenset({"host", "nodename", "uuid", "host_ip"})
 
 
 class _Request:
     """The checked extra specs of one request, parsed once."""
 
-    __slots__ = ("items", "key", "per_host")
+    __slots__ = ("items", "key")
 
     def __init__(self, items: tuple[_Requirement, ...], key: tuple) -> None:
         self.items = items
         self.key = key
-        self.per_host = any(item.attribute in _PER_HOST for item in items)
 
 
 class ComputeCapabilitiesFilter(BaseHostFilter):
     """Removes hosts whose capabilities don't satisfy the flavor's extra specs.
-    Hosts with the same static capabilities are asked once, unless the request
-    reads a usage counter or a per-host name."""
+    Hosts with the same static capabilities are asked once; usage counters are
+    compared as columns."""
 
     # Capabilities may name usage counters (num_instances, free_ram_mb…) that
     # change as earlier instances of the request are placed.
@@ -147,6 +159,7 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
         return _Request(items, tuple(sorted(specs.items())))
 
     def class_key(self, host):
+        """Everything but the usage counters and the per-host names."""
         return (host.hypervisor_type, host.hypervisor_version,
                 json.dumps(host.cpu_info, sort_keys=True, default=str),
                 tuple(tuple(inst) for inst in host.supported_instances),
@@ -156,16 +169,70 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
                 host.ram_allocation_ratio, host.disk_allocation_ratio)
 
     def class_for(self, req: _Request) -> str | None:
-        return None if req.per_host else ""
+        """The class key covers the request unless it reads usage or names."""
+        per_host = _IDENTITY.union(_COUNTERS)
+        return None if any(item.attribute in per_host for item in req.items) else ""
 
-    def memo_key(self, req: _Request):
-        return req.key
+    def refusals(self, cols, req: _Request):
+        """One mask per checked extra spec, in order (a host gets the first
+        failing spec's reason): usage counters with a numeric operator compare
+        their column; the other specs are asked of one host per class (equal
+        static capabilities); per-host names, host by host."""
+        static: list[int] = []
+        masks: list[Any] = []
+        for item in req.items:
+            column = _COUNTERS.get(item.attribute) if not item.rest else None
+            if column is not None and item.numeric is not None:
+                compare, wanted = item.numeric
+                masks.append(True if wanted is None else ~compare(column(cols), wanted))
+            elif item.attribute in _IDENTITY or item.attribute in _COUNTERS:
+                masks.append(np.fromiter((self.host_passes_one(h, item) is not None
+                                          for h in cols.hosts), dtype=bool, count=cols.n))
+            else:
+                static.append(len(masks))
+                masks.append(None)
+        if static:
+            for k, mask in zip(static, self._per_class(cols, [req.items[k] for k in static]),
+                               strict=True):
+                masks[k] = mask
+        return [(item.reason, mask) for item, mask in zip(req.items, masks, strict=True)]
+
+    def _per_class(self, cols, items: list[_Requirement]) -> list[np.ndarray]:
+        """Each item's refused-rows mask, asking one host of each class. A class
+        whose host changed since its row was written is asked host by host."""
+        codes = cols.class_codes(self.class_column(""))
+        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        hosts = cols.hosts
+        versions = cols.versions
+        refused = np.zeros((len(items), len(uniq)), dtype=bool)
+        stale = []
+        for u, r in enumerate(first.tolist()):
+            host = hosts[r]
+            seen = host.version
+            for i, item in enumerate(items):
+                refused[i, u] = self.host_passes_one(host, item) is not None
+            if seen % 2 or versions[r] != seen or host.version != seen:
+                stale.append(u)
+        masks = [refused[i][inverse] for i in range(len(items))]
+        for u in stale:
+            for r in np.flatnonzero(inverse == u).tolist():
+                for i, item in enumerate(items):
+                    masks[i][r] = self.host_passes_one(hosts[r], item) is not None
+        return masks
+
+    @staticmethod
+    def host_passes_one(host, item: _Requirement) -> str | None:
+        """One extra spec on one host."""
+        if item.unscoped and item.attribute is None and item.first not in host.stats:
+            return None
+        value = _lookup(host, item)
+        if value is None or not item.check(_as_text(value)):
+            return item.reason
+        return None
 
     def host_passes(self, host, req: _Request) -> str | None:
         for item in req.items:
-            if item.unscoped and item.attribute is None and item.first not in host.stats:
-                continue
-            value = _lookup(host, item)
-            if value is None or not item.check(_as_text(value)):
-                return item.reason
+            reason = self.host_passes_one(host, item)
+            if reason is not None:
+                return reason
         return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from typing import Any
 
 Predicate = Callable[[str | None], bool]
 
@@ -109,6 +110,16 @@ def compile_requirement(req: str) -> Predicate:
     if op in _NUMERIC_OPS:
         return _numeric(_NUMERIC_OPS[op], operands[0])
     return _string(_STRING_OPS[op], operands[0])
+
+
+def numeric_requirement(req: str) -> tuple[Callable[[Any, float], Any], float | None] | None:
+    """``(compare, operand)`` when ``req`` is a numeric operator (``operand`` None:
+    not a number, so nothing satisfies it), else None. ``compare`` works on
+    numbers and on numpy arrays alike."""
+    words = req.split()
+    if len(words) < 2 or words[0] not in _NUMERIC_OPS:
+        return None
+    return _NUMERIC_OPS[words[0]], _to_float(words[1])
 
 
 def match(value: str | None, req: str) -> bool:

@@ -1,7 +1,9 @@
 import pytest
 from oslo_config import cfg
 
+from scheduler import testing
 from scheduler.filters.compute_capabilities import ComputeCapabilitiesFilter
+from scheduler.host_columns import HostColumns
 from tests.unit.scheduler import fakes
 
 
@@ -106,16 +108,70 @@ def test_requests_are_parsed_into_their_own_state():
     assert vars(filt) == {"conf": cfg.CONF}     # nothing per request on the filter
 
 
-def test_usage_counters_are_asked_per_host_not_per_class():
+def test_usage_counters_are_columns_and_static_capabilities_asked_once_per_class(
+        monkeypatch):
+    """``free_ram_mb`` is compared on its column; ``stats:tier`` is asked of one
+    host per class of equal static capabilities, whatever the usage."""
     filt = ComputeCapabilitiesFilter(cfg.CONF)
-    by_stats = filt.prepare(fakes.ctx().request(fakes.fake_spec(
+    hosts = [fakes.fake_host(f"h{i}", memory_mb_used=16000 if i % 3 == 0 else 0,
+                             stats={"tier": "gold" if i % 2 else "silver"})
+             for i in range(30)]
+    asked = []
+    real = ComputeCapabilitiesFilter.host_passes_one
+
+    def counting(host, item):
+        asked.append((host.host, item.first))
+        return real(host, item)
+    monkeypatch.setattr(ComputeCapabilitiesFilter, "host_passes_one", staticmethod(counting))
+    spec = fakes.fake_spec(extra_specs={"capabilities:free_ram_mb": ">= 1024",
+                                        "capabilities:stats:tier": "gold"})
+    got = testing.answers(filt, hosts, fakes.ctx().request(spec))
+    assert len(asked) == 2 and {first for _, first in asked} == {"stats"}
+    for i, reason in enumerate(got):
+        if i % 3 == 0:      # the first failing spec in the flavor's order
+            assert reason == "extra spec capabilities:free_ram_mb='>= 1024' not satisfied"
+        elif i % 2 == 0:
+            assert reason == "extra spec capabilities:stats:tier='gold' not satisfied"
+        else:
+            assert reason is None
+
+
+@pytest.mark.parametrize("specs", [
+    {"capabilities:free_ram_mb": ">= 1024", "capabilities:stats:tier": "gold"},
+    {"capabilities:stats:tier": "gold", "capabilities:num_instances": "<= 1"},
+    {"capabilities:free_vcpus": "== 4", "capabilities:vcpus_used": "s== 4"},
+    {"capabilities:free_disk_mb": ">= lots", "capabilities:host": "<in> 1"},
+    {"capabilities:num_io_ops:x": "= 0", "capabilities:failed_builds": "!= 0"},
+    {"tier": "gold", "capabilities:disk_mb_used": "= 1"},
+])
+def test_vector_form_equals_the_per_host_form(specs):
+    import random
+
+    rng = random.Random(str(specs))
+    hosts = [fakes.fake_host(f"h{i}", memory_mb_used=rng.choice([0, 8000, 16000]),
+                             vcpus_used=rng.choice([0, 4, 12]),
+                             num_instances=rng.choice([0, 1, 2]),
+                             stats={"tier": rng.choice(["gold", "silver"])}
+                             if rng.random() < 0.8 else {})
+             for i in range(40)]
+    spec = fakes.fake_spec(extra_specs=specs)
+    testing.check_filter(ComputeCapabilitiesFilter(cfg.CONF), hosts,
+                         [fakes.ctx().request(spec)])
+
+
+def test_a_host_changed_since_its_row_is_asked_itself():
+    """A class's host that changed after its row was written does not answer
+    for the class: each of the class's hosts is asked."""
+    filt = ComputeCapabilitiesFilter(cfg.CONF)
+    hosts = [fakes.fake_host(f"h{i}", stats={"tier": "gold"}) for i in range(3)]
+    cols = HostColumns(hosts)
+    cols.classes.register(filt.class_column(""), filt.class_key)
+    hosts[0].stats = {"tier": "silver"}     # changed in place, row not rewritten
+    hosts[0].version += 2
+    req = filt.prepare(fakes.ctx().request(fakes.fake_spec(
         extra_specs={"capabilities:stats:tier": "gold"})))
-    by_usage = filt.prepare(fakes.ctx().request(fakes.fake_spec(
-        extra_specs={"capabilities:free_ram_mb": ">= 1024"})))
-    assert filt.class_for(by_stats) == "" and filt.class_for(by_usage) is None
-    hosts = [fakes.fake_host("a", memory_mb_used=16000), fakes.fake_host("b")]
-    spec = fakes.fake_spec(extra_specs={"capabilities:free_ram_mb": ">= 1024"})
-    assert fakes.filter_vector(filt, hosts, spec) == [False, True]
+    [(reason, mask)] = filt.refusals(cols, req)
+    assert mask.tolist() == [True, False, False]
 
 
 def test_usage_counters_make_it_per_instance():
