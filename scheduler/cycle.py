@@ -34,7 +34,7 @@ from oslo_log import log as logging
 from scheduler import exception
 from scheduler.explanation import Explanation
 from scheduler.filters import BaseHostFilter
-from scheduler.host_classes import PASS, UNKNOWN, ClassAnswers
+from scheduler.host_classes import PASS, SCREENED, UNKNOWN, ClassAnswers
 from scheduler.host_columns import HostColumns
 from scheduler.plugins import SKIP, RequestContext
 from scheduler.weights import BaseWeigher
@@ -196,11 +196,30 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
     return v
 
 
-def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
-    """Fill in ``v``'s unknown answers among ``rows`` (per class, or per host)."""
+def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns) -> np.ndarray:
+    """The rows ``flt.screen`` says certainly fail, held to the contract."""
+    try:
+        mask = np.asarray(flt.screen(cols, state))
+    except exception.BerthError:
+        raise
+    except Exception as e:
+        LOG.exception("Filter %s failed", flt.name)
+        raise exception.PluginError(plugin=flt.name, reason=f"screen failed: {e!r}") from None
+    if mask.dtype != bool or mask.shape not in ((), (cols.n,)):
+        raise exception.PluginError(
+            plugin=flt.name,
+            reason=f"screen must be a bool mask of {cols.n} rows, got {mask.dtype} {mask.shape}")
+    return np.broadcast_to(mask, (cols.n,))
+
+
+def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray,
+                   reasons: bool = False) -> None:
+    """Fill in ``v``'s unknown answers among ``rows`` (per class, or per host);
+    ``reasons``: the screened rows' too (to say why they fail)."""
     if not len(rows):
         return
-    unknown = rows[v.codes[rows] == UNKNOWN]
+    codes = v.codes[rows]
+    unknown = rows[(codes < PASS) if reasons else (codes == UNKNOWN)]
     if not len(unknown):
         return
     flt = v.step.flt
@@ -209,9 +228,8 @@ def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
         _ask_classes(v, cols, unknown)
         return
     answers = v.answers
-    codes = v.codes
     for r in unknown.tolist():
-        codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
+        v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
 def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
@@ -301,39 +319,52 @@ class Cycle:
                 answers = cols.classes.answers(column, memo)
             else:
                 answers = ClassAnswers(cols.classes.size(column))
-            return Verdicts(step, state, cols.n, answers, classed=column)
-        return Verdicts(step, state, cols.n, ClassAnswers(0), classed=None)
+            v = Verdicts(step, state, cols.n, answers, classed=column)
+        else:
+            v = Verdicts(step, state, cols.n, ClassAnswers(0), classed=None)
+        if flt.has_screen:
+            v.codes[screened_rows(flt, state, cols)] = SCREENED
+        return v
 
     # -- filtering -----------------------------------------------------------------
     def candidates(self, request: RequestContext) -> tuple[np.ndarray, dict[str, int]]:
         """Rows passing every filter, and how many rows each step removed (in
-        the order they ran, for the log)."""
+        the order they ran, for the log).
+
+        Which rows pass does not depend on the order, so the vector steps run
+        first, then the others cheapest first: fewest host classes (a class is
+        one check), per-host ones last; each asks only the rows still alive.
+        """
         self.start_instance(request)
         n = self.cols.n
         removed: dict[str, int] = {}
         alive: np.ndarray | None = None
-        rows: np.ndarray | None = None
+        asked = []
         left = n
         for step in self._run_order:
-            if left == 0:
-                break
             v = self.verdicts(step, request)
             if v is SKIP:
                 continue
-            if step.kind == VECTOR:
-                passed = v.codes == PASS
-                alive = passed if alive is None else np.logical_and(alive, passed, out=alive)
-                now = int(np.count_nonzero(alive))
-            else:
-                if rows is None:
-                    rows = np.arange(n) if alive is None else np.flatnonzero(alive)
-                ensure_answers(v, self.cols, rows)
-                rows = rows[v.codes[rows] == PASS]
-                now = len(rows)
+            if step.kind != VECTOR:
+                asked.append(v)
+                continue
+            if left == 0:
+                break
+            passed = v.codes == PASS
+            alive = passed if alive is None else np.logical_and(alive, passed, out=alive)
+            now = int(np.count_nonzero(alive))
             removed[step.name] = left - now
             left = now
-        if rows is None:
-            rows = np.arange(n) if alive is None else np.flatnonzero(alive)
+        rows = np.arange(n) if alive is None else np.flatnonzero(alive)
+        classes = self.cols.classes
+        asked.sort(key=lambda v: n if v.classed is None else classes.size(v.classed))
+        for v in asked:
+            if left == 0:
+                break
+            ensure_answers(v, self.cols, rows)
+            rows = rows[v.codes[rows] == PASS]
+            removed[v.step.name] = left - len(rows)
+            left = len(rows)
         return rows, removed
 
     def explain(self, request: RequestContext) -> Explanation:
@@ -348,7 +379,7 @@ class Cycle:
             v = self.verdicts(step, request)
             if v is SKIP:
                 continue
-            ensure_answers(v, self.cols, rows)
+            ensure_answers(v, self.cols, rows, reasons=True)
             codes = v.codes[rows]
             refused = codes > PASS
             if refused.any():
@@ -365,7 +396,7 @@ class Cycle:
             v = self._new_verdicts(step, request, one)
             if v is SKIP:
                 continue
-            ensure_answers(v, one, rows)
+            ensure_answers(v, one, rows, reasons=True)
             code = int(v.codes[0])
             if code != PASS:
                 return f"{step.name}: {v.reasons[code - 1]}"

@@ -23,6 +23,9 @@ from scheduler import exception
 
 UNKNOWN = -1
 PASS = 0
+#: A verdict code only (never a class answer): refused by the filter's screen,
+#: reason not asked yet.
+SCREENED = -2
 
 #: (filter name, memo key) entries of remembered answers kept at most.
 MAX_MEMOS = 256

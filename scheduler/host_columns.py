@@ -15,7 +15,15 @@ reserved), ``vcpus``, ``vcpus_used``, ``vcpus_limit``, ``vcpus_usable``,
 ``disk_total`` (local_gb * 1024), ``free_ram``, ``free_disk``, ``heartbeat``
 (epoch seconds, +inf for a host that never sent one), ``num_io_ops``,
 ``num_instances``, ``failed_builds``, ``hypervisor_version``, ``pci_free``,
-the three allocation ratios, ``disabled``, ``has_numa``, ``has_aggregates``.
+the three allocation ratios, ``disabled``, ``has_numa``, ``has_aggregates``,
+and a summary of the NUMA cells (the best cell of the host for each; 0 without
+NUMA): ``numa_cells``, ``numa_free_pcpus`` (unpinned dedicated CPUs; also
+``numa_free_pcpus_total`` over all cells), ``numa_free_cores`` (cores with no
+thread pinned), ``numa_free_pair_cpus`` (CPUs of such cores with siblings),
+``numa_shared_room`` (shared CPUs a guest may still take: capacity, or capacity
+× CPU ratio − usage, whichever is less), ``numa_free_kb_2m`` /
+``numa_free_kb_1g`` / ``numa_free_kb_large`` (free memory in 2 MiB, 1 GiB, any
+but the smallest page size).
 Besides these, one integer column per registered class key
 (``class_codes(name)``) and, on demand, aggregate metadata values
 (``aggregate_min(key)``).
@@ -23,6 +31,8 @@ Besides these, one integer column per registered class key
 from __future__ import annotations
 
 import datetime
+import functools
+import math
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -36,7 +46,10 @@ FLOAT_FIELDS = ("memory_used", "memory_limit", "memory_usable", "vcpus", "vcpus_
                 "vcpus_limit", "vcpus_usable", "disk_used", "disk_limit", "disk_usable",
                 "disk_total", "free_ram", "free_disk", "heartbeat", "num_io_ops",
                 "num_instances", "failed_builds", "hypervisor_version", "pci_free",
-                "cpu_ratio", "ram_ratio", "disk_ratio")
+                "cpu_ratio", "ram_ratio", "disk_ratio", "numa_cells", "numa_free_pcpus",
+                "numa_free_pcpus_total", "numa_free_cores", "numa_free_pair_cpus",
+                "numa_shared_room", "numa_free_kb_2m", "numa_free_kb_1g",
+                "numa_free_kb_large")
 BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates")
 
 
@@ -53,7 +66,40 @@ def _row_values(hs) -> tuple:
             np.inf if hb is None else seconds(hb), hs.num_io_ops, hs.num_instances,
             hs.failed_builds, hs.hypervisor_version or 0, free_pci,
             hs.cpu_allocation_ratio, hs.ram_allocation_ratio, hs.disk_allocation_ratio,
+            *_numa_summary(hs.numa_topology, hs.cpu_allocation_ratio),
             hs.disabled, hs.numa_topology is not None, bool(hs.aggregates))
+
+
+_NO_NUMA = (0,) * 9
+
+
+@functools.lru_cache(maxsize=16384)
+def _numa_summary(topology, cpu_ratio: float) -> tuple:
+    """The ``numa_*`` columns of a host topology (a value: remembered by content)."""
+    if topology is None:
+        return _NO_NUMA
+    pcpus = total = cores = pairs = kb_2m = kb_1g = kb_large = 0
+    room = -math.inf
+    for cell in topology.cells:
+        pinned = cell.pinned_cpus
+        free = len(cell.pcpuset) - len(pinned)
+        total += free
+        pcpus = max(pcpus, free)
+        whole = [core for core in cell.cores() if pinned.isdisjoint(core)]
+        cores = max(cores, len(whole))
+        pairs = max(pairs, sum(len(core) for core in whole if len(core) > 1))
+        capacity = len(cell.cpuset)
+        room = max(room, min(capacity, capacity * cpu_ratio - cell.cpu_usage))
+        sizes = sorted(page.size_kb for page in cell.mempages)
+        for page in cell.mempages:
+            kb = page.free * page.size_kb
+            if page.size_kb == 2048:
+                kb_2m = max(kb_2m, kb)
+            elif page.size_kb == 1048576:
+                kb_1g = max(kb_1g, kb)
+            if page.size_kb != sizes[0]:
+                kb_large = max(kb_large, kb)
+    return (len(topology.cells), pcpus, total, cores, pairs, room, kb_2m, kb_1g, kb_large)
 
 
 class HostColumns:

@@ -10,7 +10,8 @@ before a claim) — and checks, for every request and host:
 * the answer equals the per-host form's (a filter with both forms), or
   ``reference(host, request)`` when given (a vector-only filter);
 * hosts with equal ``class_key`` get equal answers from the per-host form
-  (the class key covers what the rule reads).
+  (the class key covers what the rule reads);
+* every host a ``screen`` refuses fails the per-host form too.
 
 ``check_weigher`` does the same for raw weights. Both raise
 :class:`ConformanceError` naming the request, the host and both answers.
@@ -81,7 +82,7 @@ def _answers(step: cycles.Step, cols: HostColumns, req: RequestContext) -> list[
     v = cyc._new_verdicts(step, req, cols)
     if v is SKIP:
         return [None] * cols.n
-    cycles.ensure_answers(v, cols, np.arange(cols.n))
+    cycles.ensure_answers(v, cols, np.arange(cols.n), reasons=True)
     return [None if c == 0 else v.reasons[c - 1] for c in v.codes.tolist()]
 
 
@@ -96,6 +97,8 @@ def check_filter(flt, hosts: Sequence, requests: Sequence[RequestContext],
     for req in requests:
         if flt.has_classes and flt.has_per_host:
             _check_classes(flt, hosts, req)
+        if flt.has_screen:
+            _check_screen(flt, cols, req)
         many = _answers(step, cols, req)
         for host, got in zip(hosts, many, strict=True):
             one_cols = HostColumns([host], cols.classes)
@@ -118,6 +121,19 @@ def check_filter(flt, hosts: Sequence, requests: Sequence[RequestContext],
                     f"{flt.name} on {host.host}: {got!r}, but the "
                     f"{'per-host form' if both else 'reference'} says {want!r} "
                     f"(request {req.spec.to_primitive()})")
+
+
+def _check_screen(flt, cols: HostColumns, req: RequestContext) -> None:
+    """A screened host fails the per-host check (a screen is a necessary condition)."""
+    state = flt.prepare(req)
+    if state is SKIP:
+        return
+    for r in np.flatnonzero(cycles.screened_rows(flt, state, cols)).tolist():
+        host = cols.hosts[r]
+        if cycles.ask_host(flt, host, state) is None:
+            raise ConformanceError(
+                f"{flt.name}: the screen refuses {host.host}, which passes "
+                f"(request {req.spec.to_primitive()})")
 
 
 def _check_classes(flt, hosts: Sequence, req: RequestContext) -> None:

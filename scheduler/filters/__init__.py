@@ -16,6 +16,13 @@ A filter answers *why not*. It has one rule, written in one of two forms:
   gets the first reason. The per-host answer is derived from it, so there is
   nothing to keep in step.
 
+A per-host filter may add ``screen(cols, state)``: a bool mask of rows that
+certainly fail (a necessary condition in vector form, e.g. "fewer free pCPUs
+than the guest pins"). Screened rows are not asked when only the passing hosts
+are needed; they are asked for their reason when a request is explained. A
+screen may miss failing hosts, never refuse a passing one;
+``scheduler.testing.check_filter`` checks that.
+
 ``prepare(request)`` (optional) turns the :class:`scheduler.plugins.RequestContext`
 into the filter's per-request state, which the check receives; it returns
 ``SKIP`` when every host passes (e.g. no zone requested). Without it the
@@ -84,6 +91,11 @@ class BaseHostFilter:
         of ``cols``; empty when every row passes."""
         raise NotImplementedError
 
+    def screen(self, cols, state) -> Any:
+        """Optional, per-host form only: a bool mask over the rows of ``cols``
+        of hosts that certainly fail (their reason is asked only to explain)."""
+        raise NotImplementedError
+
     def class_key(self, host) -> Hashable:
         """Optional, per-host form only: hosts with equal keys get the same answer
         for the same state. Computed when a host changes, never per request."""
@@ -114,6 +126,10 @@ class BaseHostFilter:
     @property
     def has_per_host(self) -> bool:
         return overrides(self, BaseHostFilter, "host_passes")
+
+    @property
+    def has_screen(self) -> bool:
+        return overrides(self, BaseHostFilter, "screen")
 
     @property
     def has_classes(self) -> bool:

@@ -22,6 +22,7 @@ import numpy as np
 
 from scheduler.filters import SKIP, BaseHostFilter
 from scheduler.filters.extra_specs_ops import Predicate, compile_requirement, numeric_requirement
+from scheduler.host_classes import PASS, UNKNOWN
 
 SCOPE = "capabilities"
 
@@ -64,9 +65,11 @@ HOST_ATTRIBUTES: dict[str, str] = {
 class _Requirement:
     """One parsed extra spec: where to look on the host and what must hold."""
 
-    __slots__ = ("first", "attribute", "rest", "unscoped", "check", "reason", "numeric")
+    __slots__ = ("spec", "first", "attribute", "rest", "unscoped", "check", "reason",
+                 "numeric")
 
     def __init__(self, key: str, path: list[str], unscoped: bool, req: str) -> None:
+        self.spec = (key, req)
         self.first = path[0]
         self.attribute = HOST_ATTRIBUTES.get(path[0])
         self.rest = tuple(path[1:])
@@ -198,26 +201,31 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
         return [(item.reason, mask) for item, mask in zip(req.items, masks, strict=True)]
 
     def _per_class(self, cols, items: list[_Requirement]) -> list[np.ndarray]:
-        """Each item's refused-rows mask, asking one host of each class. A class
-        whose host changed since its row was written is asked host by host."""
-        codes = cols.class_codes(self.class_column(""))
-        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        """Each item's refused-rows mask, from one host of each class. A class's
+        answer is remembered across requests (it depends on the spec and the
+        class's content only); a class whose host changed since its row was
+        written is asked host by host and not remembered."""
+        name = self.class_column("")
+        codes = cols.class_codes(name)
         hosts = cols.hosts
         versions = cols.versions
-        refused = np.zeros((len(items), len(uniq)), dtype=bool)
-        stale = []
-        for u, r in enumerate(first.tolist()):
-            host = hosts[r]
-            seen = host.version
-            for i, item in enumerate(items):
-                refused[i, u] = self.host_passes_one(host, item) is not None
-            if seen % 2 or versions[r] != seen or host.version != seen:
-                stale.append(u)
-        masks = [refused[i][inverse] for i in range(len(items))]
-        for u in stale:
-            for r in np.flatnonzero(inverse == u).tolist():
-                for i, item in enumerate(items):
-                    masks[i][r] = self.host_passes_one(hosts[r], item) is not None
+        masks = []
+        for item in items:
+            answers = cols.classes.answers(name, ("spec", item.spec))
+            known = answers.codes[codes]
+            todo = np.flatnonzero(known == UNKNOWN)
+            if len(todo):
+                _, first = np.unique(codes[todo], return_index=True)
+                for r in todo[first].tolist():
+                    host = hosts[r]
+                    seen = host.version
+                    reason = self.host_passes_one(host, item)
+                    if seen % 2 == 0 and versions[r] == seen and host.version == seen:
+                        answers.codes[codes[r]] = answers.code_of(reason)
+                known = answers.codes[codes]
+                for r in np.flatnonzero(known == UNKNOWN).tolist():
+                    known[r] = answers.code_of(self.host_passes_one(hosts[r], item))
+            masks.append(known != PASS)
         return masks
 
     @staticmethod

@@ -19,6 +19,7 @@ from scheduler import exception, testing
 from scheduler import fleet as fleet_mod
 from scheduler.filter_scheduler import FilterScheduler, load_filters, load_weighers
 from scheduler.filters import SKIP, BaseHostFilter
+from scheduler.host_columns import HostColumns
 from scheduler.host_manager import HostManager
 from scheduler.weights import BaseWeigher
 from tests.unit.scheduler import fakes, reference
@@ -80,6 +81,26 @@ class LooseClassFilter(BaseHostFilter):
 
     def class_key(self, host):
         return host.hypervisor_type
+
+
+class ScreenedGoldFilter(GoldOnlyFilter):
+    """Gold hosts with more than 8 vCPUs; the screen knows the vCPU part."""
+
+    def host_passes(self, host, request):
+        if host.vcpus == 8:
+            type(self).calls += 1
+            return "too small"
+        return super().host_passes(host, request)
+
+    def screen(self, cols, request):
+        return cols.vcpus == 8
+
+
+class WrongScreenFilter(GoldOnlyFilter):
+    """A screen that refuses hosts which pass."""
+
+    def screen(self, cols, request):
+        return cols.vcpus >= 16
 
 
 HOSTS = [{"host": f"h{i}", "vcpus": 8 * (1 + i % 3), "memory_mb": 16384, "local_gb": 100,
@@ -272,3 +293,73 @@ def test_the_readme_example_plugin_works(sqlite_db, conf):
     testing.check_filter(gold, hosts, asks)
     assert testing.answers(gold, hosts, asks[0]) == ["not a gold host", None] * 2
     assert testing.answers(gold, hosts, asks[1]) == [None] * 4
+
+
+def test_a_screen_spares_asks_but_not_reasons(sqlite_db, conf):
+    """Screened hosts are not asked to find the passing ones; a NoValidHost
+    explanation still gives their own reason, and a claim's recheck asks."""
+    flt = ScreenedGoldFilter(conf)
+    s = _sched(sqlite_db, conf, [flt])
+    hm = s.host_manager
+    hm.refresh()
+    eight = {h.host for h in hm.host_states() if h.vcpus == 8}
+    ScreenedGoldFilter.calls = 0
+    placed = s.select_destinations(_spec(s))[0][0].host
+    # 8 hosts, 3 with 8 vCPUs screened; the chosen host once more in the recheck.
+    assert ScreenedGoldFilter.calls == len(HOSTS) - len(eight) + 1
+    assert placed not in eight
+    with pytest.raises(exception.NoValidHost) as err:
+        s.select_destinations(_spec(s, force_hosts=sorted(eight)))
+    filters = {f["filter"]: f for f in err.value.summary["filters"]}
+    assert filters["ScreenedGoldFilter"]["reasons"] == {"too small": len(eight)}
+
+
+def test_conformance_catches_a_screen_that_refuses_a_passing_host(conf):
+    hosts = [fakes.fake_host(f"h{i}", vcpus=8 * (1 + i % 3),
+                             stats={"tier": "gold" if i % 2 else "silver"}) for i in range(8)]
+    req = testing.request(fakes.fake_spec())
+    testing.check_filter(ScreenedGoldFilter(conf), hosts, [req])
+    with pytest.raises(testing.ConformanceError, match="the screen refuses"):
+        testing.check_filter(WrongScreenFilter(conf), hosts, [req])
+
+
+def test_a_screen_must_be_a_mask(sqlite_db, conf):
+    class BadScreen(GoldOnlyFilter):
+        def screen(self, cols, request):
+            return [1, 0]
+    s = _sched(sqlite_db, conf, [BadScreen(conf)])
+    with pytest.raises(exception.PluginError, match="screen must be a bool mask"):
+        s.select_destinations(_spec(s))
+
+
+def test_the_numa_screen_refuses_only_hosts_that_fail(sqlite_db, conf):
+    """The NUMA filter's screen on a fleet with usage: it does screen hosts, and
+    each of them fails the check (the whole-fleet conformance run covers more)."""
+    from scheduler.filters.numa_topology import NUMATopologyFilter
+
+    rng = random.Random(5)
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(te._fleet(rng, 60)))
+    sched = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    placed = []
+    for _ in range(60):
+        try:
+            placed += [x[0].instance_uuid
+                       for x in sched.select_destinations(te._request(rng, sched, "g", placed))]
+        except exception.NoValidHost:
+            pass
+    hosts = sched.host_manager.host_states()
+    flt = NUMATopologyFilter(conf)
+    screened = 0
+    for extra in ({"hw:cpu_policy": "dedicated"},
+                  {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"},
+                  {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"},
+                  {"hw:mem_page_size": "2048"}, {"hw:mem_page_size": "large"},
+                  {"hw:numa_nodes": "2"}):
+        spec = sched.parse_request({"flavor": {"vcpus": 8, "memory_mb": 4096, "root_gb": 1,
+                                               "extra_specs": extra}})
+        req = testing.request(spec)
+        cols = HostColumns(hosts)
+        mask = flt.screen(cols, flt.prepare(req))
+        screened += int(mask.sum())
+        testing.check_filter(flt, hosts, [req])
+    assert screened > 0
