@@ -348,18 +348,35 @@ def test_the_numa_screen_refuses_only_hosts_that_fail(sqlite_db, conf):
         except exception.NoValidHost:
             pass
     hosts = sched.host_manager.host_states()
+    cols = HostColumns(hosts)
     flt = NUMATopologyFilter(conf)
-    screened = 0
-    for extra in ({"hw:cpu_policy": "dedicated"},
-                  {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"},
-                  {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"},
-                  {"hw:mem_page_size": "2048"}, {"hw:mem_page_size": "large"},
-                  {"hw:numa_nodes": "2"}):
-        spec = sched.parse_request({"flavor": {"vcpus": 8, "memory_mb": 4096, "root_gb": 1,
-                                               "extra_specs": extra}})
+    # Requests sized to what hosts have exactly (the screen's edges), with every
+    # thread policy, explicit page sizes and two cells.
+    wants = []
+    for free in sorted({int(x) for x in cols.numa_free_pcpus if x > 0}):
+        for policy in ("prefer", "isolate", "require"):
+            wants.append({"vcpus": free, "memory_mb": 512,
+                          "extra_specs": {"hw:cpu_policy": "dedicated",
+                                          "hw:cpu_thread_policy": policy}})
+        wants.append({"vcpus": free, "memory_mb": 512,
+                      "extra_specs": {"hw:cpu_policy": "dedicated",
+                                      "hw:emulator_threads_policy": "isolate"}})
+    for room in sorted({int(x) for x in cols.numa_shared_room if x > 0}):
+        wants.append({"vcpus": room, "memory_mb": 512, "extra_specs": {"hw:numa_nodes": "1"}})
+    for kb in sorted({int(x) for x in cols.numa_free_kb_2m if x > 0}):
+        wants.append({"vcpus": 1, "memory_mb": kb // 1024,
+                      "extra_specs": {"hw:mem_page_size": "2048"}})
+        wants.append({"vcpus": 1, "memory_mb": kb // 1024,
+                      "extra_specs": {"hw:mem_page_size": "large"}})
+    for total in sorted({int(x) for x in cols.numa_free_pcpus_total if x > 0 and x % 2 == 0}):
+        wants.append({"vcpus": total, "memory_mb": 1024,
+                      "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}})
+    screened = passed = 0
+    for flavor in wants:
+        spec = sched.parse_request({"flavor": {"root_gb": 1, **flavor}})
         req = testing.request(spec)
-        cols = HostColumns(hosts)
         mask = flt.screen(cols, flt.prepare(req))
         screened += int(mask.sum())
+        passed += sum(flt.host_passes(h, spec) is None for h in hosts)
         testing.check_filter(flt, hosts, [req])
-    assert screened > 0
+    assert screened > 0 and passed > 0
