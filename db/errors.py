@@ -56,3 +56,15 @@ class Conflict(BerthError):
     def __init__(self, message: str | None = None, *, reason: str = "") -> None:
         super().__init__(message, reason=reason)
         self.reason = reason
+
+
+class ServiceUnavailable(BerthError):
+    """A service Berth needs (the database) does not answer. Nothing was changed;
+    the same call may be retried later (``retryable``)."""
+
+    msg_fmt = "Service unavailable: %(reason)s"
+    retryable = True
+
+    def __init__(self, message: str | None = None, *, reason: str = "") -> None:
+        super().__init__(message, reason=reason)
+        self.reason = reason

@@ -3,10 +3,10 @@ them on the client from their ``kwargs`` (this module and ``db.errors``, whose
 shared errors it re-exports, are the allowed remote modules)."""
 from __future__ import annotations
 
-from db.errors import BerthError, Conflict, InvalidRequest, NotFound
+from db.errors import BerthError, Conflict, InvalidRequest, NotFound, ServiceUnavailable
 
 __all__ = ["BerthError", "Conflict", "InvalidRequest", "NoValidHost", "NotFound",
-           "PluginError"]
+           "PluginError", "ServiceUnavailable"]
 
 
 class NoValidHost(BerthError):

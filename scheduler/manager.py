@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import os
 import re
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from typing import Any
 import oslo_messaging
 import sqlalchemy as sa
 from oslo_config import cfg
+from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
@@ -53,15 +55,69 @@ def _wire_error(error: exception.BerthError) -> exception.BerthError:
     return exception.BerthError(error.message)
 
 
+def _unreachable(error: Exception) -> bool:
+    """Whether a database error means "the database does not answer" (an
+    expected condition) rather than a fault of the statement."""
+    if isinstance(error, db_exc.DBConnectionError):
+        return True
+    text = str(error)
+    return "database is locked" in text or "Lost connection" in text \
+        or "server has gone away" in text
+
+
+class _Outage:
+    """One WARNING when the database stops answering, one INFO when it is back;
+    in between, each refused call logs at DEBUG only."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.since: float | None = None
+        self.refused = 0
+
+    def failed(self, error: Exception) -> None:
+        with self._lock:
+            self.refused += 1
+            first = self.since is None
+            if first:
+                self.since = time.monotonic()
+        if first:
+            LOG.warning("Database unavailable (%s): calls fail with ServiceUnavailable "
+                        "until it answers again", type(error).__name__)
+        else:
+            LOG.debug("Database still unavailable: %s", error)
+
+    def answered(self) -> None:
+        if self.since is None:
+            return
+        with self._lock:
+            since, refused = self.since, self.refused
+            self.since, self.refused = None, 0
+        if since is not None:
+            LOG.info("Database answers again after %.1f s (%d calls refused meanwhile)",
+                     time.monotonic() - since, refused)
+
+
+_OUTAGE = _Outage()
+
+
 def _expected(method: Callable) -> Callable:
     """Berth's errors are answers, not server faults: oslo.messaging logs them at
-    DEBUG and sends them to the caller, who gets the same exception type."""
+    DEBUG and sends them to the caller, who gets the same exception type. A
+    database that does not answer is one of them (``ServiceUnavailable``)."""
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         try:
-            return method(*args, **kwargs)
+            result = method(*args, **kwargs)
         except exception.BerthError as e:
             raise _wire_error(e) from None
+        except (db_exc.DBError, sa.exc.SQLAlchemyError) as e:
+            if not _unreachable(e):
+                raise
+            _OUTAGE.failed(e)
+            raise exception.ServiceUnavailable(reason="the database does not answer") \
+                from None
+        _OUTAGE.answered()
+        return result
 
     return oslo_messaging.expected_exceptions(exception.BerthError)(wrapper)
 

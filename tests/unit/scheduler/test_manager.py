@@ -201,3 +201,51 @@ def test_aggregates(manager):
 def test_ping(manager):
     info = manager.ping({})
     assert info["version"] == "1.0" and info["backend"] == "threading"
+
+
+def test_a_database_that_does_not_answer_is_a_typed_retryable_error(tmp_path, caplog):
+    """A locked SQLite database (another process holds its write lock) makes
+    writes fail: callers get ServiceUnavailable, the log gets one WARNING for
+    the outage (not one traceback per call) and one INFO when it is over."""
+    import logging
+    import sqlite3
+
+    from db import migration
+    from db.api import Database
+
+    path = tmp_path / "locked.sqlite"
+    db = Database(f"sqlite:///{path}?timeout=0.05")
+    migration.db_sync(db)
+    endpoint = Direct(SchedulerManager(db, FakeScheduler()))
+    report = {"host": "c1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10}
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    caplog.set_level(logging.DEBUG, logger="scheduler.manager")
+    try:
+        for _ in range(3):
+            with pytest.raises(exception.ServiceUnavailable) as err:
+                endpoint.report_compute_node({}, report)
+            assert err.value.retryable and "database" in err.value.reason
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    endpoint.report_compute_node({}, report)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "Database unavailable" in warnings[0].getMessage()
+    assert any("answers again" in r.getMessage() and "3 calls refused" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.INFO)
+    assert not [r for r in caplog.records if r.exc_info]
+    db.dispose()
+
+
+def test_other_database_errors_stay_faults(sqlite_db):
+    """A broken statement is a bug, not an outage: it is not disguised."""
+    from scheduler import manager as manager_mod
+
+    class Broken(FakeScheduler):
+        def release(self, instance_uuid):
+            raise sa.exc.ProgrammingError("SELECT nope", {}, Exception("no such column"))
+    endpoint = SchedulerManager(sqlite_db, Broken())
+    with pytest.raises(sa.exc.ProgrammingError):
+        endpoint.release({}, U1)
+    assert manager_mod._OUTAGE.since is None
