@@ -296,6 +296,20 @@ def record_build_failure(db: Database, host: str) -> bool:
         return res.rowcount > 0
 
 
+def allocations_for(db: Database, instance_uuids) -> dict[str, dict]:
+    """instance uuid -> its allocation with host, node name and node uuid (only
+    the instances that hold one); one query."""
+    uuids = list(instance_uuids)
+    if not uuids:
+        return {}
+    with db.reader_connection() as conn:
+        rows = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,
+                                      _cn.c.uuid.label("node_uuid"))
+                            .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
+                            .where(_alloc.c.instance_uuid.in_(uuids))).mappings().all()
+    return {row["instance_uuid"]: dict(row) for row in rows}
+
+
 def get_allocation(db: Database, instance_uuid: str) -> dict | None:
     with db.reader_connection() as conn:
         row = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,

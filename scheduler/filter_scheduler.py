@@ -122,6 +122,12 @@ class _Request:
     local_group: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
+def _stored_spec(spec: RequestSpec) -> str:
+    """The request as stored with each of its allocations (for reschedules, and
+    to recognise a retry of the same request)."""
+    return json.dumps(spec.for_one_instance().to_primitive(), sort_keys=True)
+
+
 class FilterScheduler:
     """Chooses hosts for requests and holds what it handed out."""
 
@@ -189,6 +195,10 @@ class FilterScheduler:
         """
         t0 = time.monotonic()
         uuids = self._instance_uuids(spec, instance_uuids)
+        if not dry_run and (instance_uuids or spec.instance_uuids):
+            earlier = self._earlier_placements(spec, uuids)
+            if earlier is not None:
+                return earlier
         self.host_manager.refresh()
         keep = max(self.conf.filter_scheduler.host_subset_size,
                    self.conf.scheduler.max_attempts) + 8
@@ -255,6 +265,35 @@ class FilterScheduler:
         return self.select_destinations(spec, [instance_uuid], return_alternates)[0]
 
     # -- steps -------------------------------------------------------------
+    def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str]
+                            ) -> list[list[Selection]] | None:
+        """A retry of a request that was placed already (its reply was lost): when
+        every instance holds an allocation made for this same request, those
+        placements (weight 0, no alternates); None when none holds one. Any
+        other mix is refused, and nothing is claimed twice."""
+        held = claims.allocations_for(self.db, uuids)
+        if not held:
+            return None
+        stored = _stored_spec(spec)
+        for uuid in uuids:
+            alloc = held.get(uuid)
+            if alloc is None or alloc["request_spec"] != stored:
+                taken = uuid if alloc is not None else next(iter(held))
+                raise exception.InvalidRequest(field="instance_uuids",
+                                               reason=f"already allocated: {taken}")
+        LOG.info("Request for %s was placed already (a retry): returning those placements",
+                 ", ".join(uuids))
+        return [[Selection(
+            instance_uuid=uuid, host=held[uuid]["host"],
+            node=held[uuid]["hypervisor_hostname"], node_uuid=held[uuid]["node_uuid"],
+            weight=0.0,
+            allocation={"vcpus": held[uuid]["vcpus"], "memory_mb": held[uuid]["memory_mb"],
+                        "disk_mb": held[uuid]["disk_mb"]},
+            numa_cells=json.loads(held[uuid]["numa_cells"]) if held[uuid]["numa_cells"]
+            else None,
+            pci_devices=tuple(json.loads(held[uuid]["pci_devices"] or "[]")))]
+            for uuid in uuids]
+
     @staticmethod
     def _instance_uuids(spec: RequestSpec, given: Sequence[str] | None) -> list[str]:
         uuids = list(given) if given else list(spec.instance_uuids or ())
@@ -434,7 +473,7 @@ class FilterScheduler:
         policy = spec.instance_group.policy if spec.instance_group else None
         max_per_host = (spec.instance_group.max_server_per_host or 1) \
             if spec.instance_group else 1
-        stored_spec = json.dumps(spec.for_one_instance().to_primitive(), sort_keys=True)
+        stored_spec = _stored_spec(spec)
 
         def persist(host: HostState, consumed: Consumed) -> Consumed:
             numa_after = numa_cells = None

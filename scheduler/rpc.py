@@ -65,6 +65,14 @@ rpc_opts = [
                     "slow on a large fleet. The daemon sends a heartbeat every "
                     "[DEFAULT] rpc_response_timeout seconds while it works, so a "
                     "dead scheduler is still noticed quickly."),
+    cfg.IntOpt("select_retries",
+               default=1, min=0,
+               help="How often the client library sends select_destinations again, "
+                    "with the same instance UUIDs, after the call timed out or its "
+                    "reply was lost. Safe: the scheduler recognises a retry of a "
+                    "request it placed already and returns those placements instead "
+                    "of claiming twice. The client picks the instance UUIDs when the "
+                    "caller gives none, so that a retry can name them."),
 ]
 
 LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts)]

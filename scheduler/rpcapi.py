@@ -12,12 +12,16 @@ travel is refused locally with ``InvalidRequest`` instead of a transport error.
 """
 from __future__ import annotations
 
+import uuid as uuidlib
 from typing import Any
 
 import oslo_messaging
 from oslo_config import cfg
+from oslo_log import log as logging
 
 from scheduler import rpc
+
+LOG = logging.getLogger(__name__)
 
 _UNSET = object()
 
@@ -67,15 +71,36 @@ class SchedulerAPI:
                             instance_uuids: list[str] | None = None,
                             return_alternates: bool = False,
                             dry_run: bool = False) -> list[list[dict]]:
-        """One list per instance: the chosen host first, then the alternates."""
+        """One list per instance: the chosen host first, then the alternates.
+
+        A call that times out is sent again ``[scheduler] select_retries`` times
+        with the same instance UUIDs (picked here when none are given); the
+        scheduler answers a retry of a placed request with its placements.
+        """
         rpc.check_json(request_spec, "request_spec")
         monitor = self.timeout or self.conf.rpc_response_timeout
         cctxt = self.client.prepare(version="1.0",
                                     timeout=self.conf.scheduler.long_rpc_timeout,
                                     call_monitor_timeout=monitor)
-        return cctxt.call(ctxt or rpc.new_context(), "select_destinations",
-                          request_spec=request_spec, instance_uuids=instance_uuids,
-                          return_alternates=return_alternates, dry_run=dry_run)
+        retries = 0 if dry_run else self.conf.scheduler.select_retries
+        if retries and instance_uuids is None and isinstance(request_spec, dict) \
+                and not request_spec.get("instance_uuids"):
+            count = request_spec.get("num_instances", 1)
+            if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= 1000:
+                instance_uuids = [str(uuidlib.uuid4()) for _ in range(count)]
+        ctxt = ctxt or rpc.new_context()
+        for attempt in range(retries + 1):
+            try:
+                return cctxt.call(ctxt, "select_destinations",
+                                  request_spec=request_spec, instance_uuids=instance_uuids,
+                                  return_alternates=return_alternates, dry_run=dry_run)
+            except oslo_messaging.MessagingTimeout:
+                if attempt == retries or not (instance_uuids or
+                                              request_spec.get("instance_uuids")):
+                    raise
+                LOG.warning("select_destinations for %s timed out; sending it again "
+                            "(%d of %d)", instance_uuids or request_spec["instance_uuids"],
+                            attempt + 1, retries)
 
     def release(self, ctxt, instance_uuid: str) -> bool:
         return self._call(ctxt, "release", instance_uuid=instance_uuid)

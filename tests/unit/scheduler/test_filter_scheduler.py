@@ -124,13 +124,20 @@ def test_reschedule_avoids_failed_host_and_counts_failure(any_db, conf):
         s.reschedule(U[9], "a")
 
 
-def test_duplicate_instance_uuid_is_invalid(any_db, conf):
+def test_duplicate_instance_uuid_is_invalid_unless_a_retry(any_db, conf):
+    """The same UUID for another request is refused; for the same request (a
+    retry after a lost reply, even through another scheduler) it gets the
+    placement it has."""
     _fleet(any_db, TWO_HOSTS)
-    s = _sched(any_db, conf)
-    s.select_destinations(_req(s), [U[0]])
+    s, other = _sched(any_db, conf), _sched(any_db, conf)
+    first = s.select_destinations(_req(s), [U[0]])[0][0]
     with pytest.raises(exception.InvalidRequest) as err:
-        s.select_destinations(_req(s), [U[0]])
+        s.select_destinations(_req(s, vcpus=2), [U[0]])
     assert err.value.field == "instance_uuids"
+    again = other.select_destinations(_req(other), [U[0]])[0][0]
+    assert (again.host, again.node, again.allocation) == \
+        (first.host, first.node, first.allocation)
+    assert list(_allocations(any_db)) == [U[0]]
 
 
 def test_stale_cache_claim_conflict_never_overcommits(any_db, conf):

@@ -1,0 +1,119 @@
+"""A lost reply costs nothing: a retry of a placed request gets its placements.
+
+The scheduler recognises a retry (the same instance UUIDs, allocations made for
+the same request) and answers with what it placed; the client library retries a
+timed-out select once with the same UUIDs, picking them itself when the caller
+gave none.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from oslo_config import cfg
+
+from db import hosts as db_hosts
+from db import models
+from scheduler import exception, rpc
+from scheduler import fleet as fleet_mod
+from scheduler.filter_scheduler import FilterScheduler
+from scheduler.host_manager import HostManager
+from scheduler.rpcapi import SchedulerAPI
+from scheduler.service import SchedulerService
+
+FLEET = {"hosts": [{"host": f"c{i}", "vcpus": 8, "memory_mb": 16384, "local_gb": 100}
+                   for i in range(4)]}
+SPEC = {"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 10}, "num_instances": 2}
+
+
+@pytest.fixture
+def sched(sqlite_db):
+    conf = cfg.CONF
+    conf([], project="berth")
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(FLEET))
+    return FilterScheduler(HostManager(sqlite_db, conf), conf)
+
+
+def _allocations(db):
+    with db.reader_connection() as conn:
+        return conn.execute(sa.select(models.Allocation.__table__.c.instance_uuid,
+                                      models.Allocation.__table__.c.compute_node_id)).all()
+
+
+def test_a_retry_of_a_placed_request_returns_its_placements(sqlite_db, sched):
+    uuids = [str(uuid.uuid4()) for _ in range(2)]
+    first = sched.select_destinations(sched.parse_request(SPEC), uuids)
+    again = sched.select_destinations(sched.parse_request(SPEC), uuids)
+    assert [[s.host for s in sel] for sel in again] == [[s.host for s in sel] for sel in first]
+    assert [sel[0].allocation for sel in again] == [sel[0].allocation for sel in first]
+    assert len(_allocations(sqlite_db)) == 2                 # claimed once
+    used = sum(h.vcpus_used for h in sched.host_manager.host_states())
+    assert used == 4
+
+
+def test_the_same_uuids_for_another_request_are_refused(sqlite_db, sched):
+    uuids = [str(uuid.uuid4()) for _ in range(2)]
+    sched.select_destinations(sched.parse_request(SPEC), uuids)
+    other = dict(SPEC, flavor={"vcpus": 4, "memory_mb": 2048, "root_gb": 10})
+    with pytest.raises(exception.InvalidRequest, match="already allocated"):
+        sched.select_destinations(sched.parse_request(other), uuids)
+    # One of them placed, the other new: refused too, and nothing claimed.
+    with pytest.raises(exception.InvalidRequest, match="already allocated"):
+        sched.select_destinations(sched.parse_request(SPEC), [uuids[0], str(uuid.uuid4())])
+    assert len(_allocations(sqlite_db)) == 2
+
+
+def test_a_dry_run_is_never_taken_for_a_retry(sqlite_db, sched):
+    uuids = [str(uuid.uuid4()) for _ in range(2)]
+    sched.select_destinations(sched.parse_request(SPEC), uuids, dry_run=True)
+    sched.select_destinations(sched.parse_request(SPEC), uuids)
+    assert len(_allocations(sqlite_db)) == 2
+
+
+class LosesFirstReply:
+    """The real scheduler, but the first reply arrives after the client gave up."""
+
+    def __init__(self, real):
+        self.real = real
+        self.calls = 0
+        self.placed = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def select_destinations(self, spec, instance_uuids=None, **kw):
+        self.calls += 1
+        result = self.real.select_destinations(spec, instance_uuids, **kw)
+        if self.calls == 1:
+            self.placed.set()
+            time.sleep(2.5)
+        return result
+
+
+def test_the_client_retries_a_lost_reply_with_the_same_uuids(sqlite_db, sched):
+    transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
+    cfg.CONF.set_override("topic", "retry_" + uuid.uuid4().hex[:8], group="scheduler")
+    cfg.CONF.set_override("long_rpc_timeout", 1, group="scheduler")
+    slow = LosesFirstReply(sched)
+    service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
+                               scheduler=slow, db=sqlite_db)
+    service.start()
+    try:
+        api = SchedulerAPI(cfg.CONF, transport=transport, timeout=1)
+        result = api.select_destinations(None, SPEC)
+        assert slow.calls == 2 and slow.placed.is_set()
+        held = {u for u, _ in _allocations(sqlite_db)}
+        assert {sel[0]["instance_uuid"] for sel in result} == held and len(held) == 2
+        cfg.CONF.set_override("select_retries", 0, group="scheduler")
+        import oslo_messaging
+        with pytest.raises(oslo_messaging.MessagingTimeout):
+            slow.calls = 0
+            api.select_destinations(None, SPEC)
+    finally:
+        service.stop(5)
+        transport.cleanup()
+        for name in ("topic", "long_rpc_timeout", "select_retries"):
+            cfg.CONF.clear_override(name, group="scheduler")
