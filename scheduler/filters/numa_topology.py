@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 from scheduler.filters import SKIP, BaseHostFilter
+from scheduler.host_state import isolate_on_smt_hosts
 
 
 def _pinned_key(host) -> tuple:
     # A guest with only pinned vCPUs never reads the CPU ratio, and never
     # over-commits memory: of the RAM ratio only a value below 1 matters.
-    return (host.numa_topology, min(host.ram_allocation_ratio, 1.0))
+    topology = host.numa_topology
+    return (topology, min(host.ram_allocation_ratio, 1.0),
+            None if topology is None else isolate_on_smt_hosts(topology))
 
 
 class NUMATopologyFilter(BaseHostFilter):
