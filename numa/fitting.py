@@ -12,7 +12,8 @@ Rules, per guest cell on one host cell:
   total (then the ratio check); the fit records the small page size, so the usage is
   charged to the small-page pool;
 - with a page size request: enough free pages (``total - used - reserved``) of the chosen
-  size; ``small`` is the host's smallest size, ``large`` any other (largest first),
+  size (and, for guests with shared vCPUs, the cell's memory usage within
+  ``memory_mb * ram_allocation_ratio`` too); ``small`` is the host's smallest size, ``large`` any other (largest first),
   ``any`` every size (largest first), a number exactly that size;
 - floating vCPUs: ``cpu_usage + n`` within ``len(cpuset) * cpu_allocation_ratio``, and no
   more than ``len(cpuset)``;
@@ -417,6 +418,13 @@ def _fit_memory(host: HostCell, guest: InstanceCell,
         if miss is not None:
             return miss
         return sizes[0] if sizes else None
+    if guest.cpuset and limits is not None:
+        # Guests with shared vCPUs stay within the RAM ratio even in huge pages.
+        limit = host.memory_mb * limits.ram_allocation_ratio
+        if host.memory_usage + guest.memory_mb > limit:
+            return _Miss(_STAGE_MEMORY, limit - host.memory_usage - guest.memory_mb,
+                         f"no host cell with {guest.memory_mb} MB free memory within "
+                         f"ram_allocation_ratio {limits.ram_allocation_ratio:g}")
     if request == PAGES_SMALL:
         candidates = sizes[:1]
     elif request == PAGES_LARGE:

@@ -14,8 +14,10 @@ whether the guest fits is put in one class:
   (``numa_fit_instance_to_host`` keeps the page size it resolved and the host cell id
   it set on a guest cell after a failed permutation, and its fit cache is keyed on
   that changed id);
-- ``Berth: page request on a cell without pages``: ``small``/``any`` on a host cell
-  that lists no pages is plain memory for Berth; Nova has no page to give;
+- ``Berth: RAM ratio below 1 for dedicated guests``: Berth keeps a cell's
+  ``memory_mb * ram_allocation_ratio`` (below 1) out of reach of guests with only
+  pinned vCPUs too; Nova checks their memory against the free memory only (Berth with
+  a ratio of 1 agrees with Nova);
 - ``unexplained``: anything else (printed; the run fails when there is any).
 
 Where both fit, Berth's fit is applied to Nova's host with Nova's
@@ -45,7 +47,7 @@ MODES = ("refuse", "reserve-siblings")
 AGREE = "agree"
 POLICY = "policy option (isolate on SMT cells, reserve-siblings)"
 NOVA_DEFECT = "Nova defect: reused guest cells across permutations"
-NO_PAGES = "Berth: small/any page request on a cell without pages"
+RATIO_BELOW_1 = "Berth: RAM ratio below 1 holds back memory from dedicated guests too"
 UNEXPLAINED = "unexplained"
 
 
@@ -80,8 +82,8 @@ def classify(case: dict, berth: dict[str, bool], nova: bool, fresh: bool, mode: 
         return NOVA_DEFECT
     if mode == "reserve-siblings" and berth["refuse"] == nova and _isolate(case):
         return POLICY
-    if mine and not nova and _page_request_without_pages(case):
-        return NO_PAGES
+    if not mine and nova and _ratio_below_1_only(case, mode):
+        return RATIO_BELOW_1
     return UNEXPLAINED
 
 
@@ -89,10 +91,16 @@ def _isolate(case: dict) -> bool:
     return any(c.get("cpu_thread_policy") == "isolate" for c in case["instance"]["cells"])
 
 
-def _page_request_without_pages(case: dict) -> bool:
-    asked = case["instance"]["cells"][0].get("pagesize")
-    return asked in ("small", "any") and any(not c.get("mempages")
-                                             for c in case["host"]["cells"])
+def _ratio_below_1_only(case: dict, mode: str) -> bool:
+    """A dedicated guest, a RAM ratio below 1, and Berth fits it with a ratio of 1."""
+    limits = case["limits"]
+    if limits is None or limits.get("ram_allocation_ratio", 1.0) >= 1.0:
+        return False
+    if any(c.get("cpuset") for c in case["instance"]["cells"]):
+        return False
+    at_one = dict(case, limits=dict(limits, ram_allocation_ratio=1.0),
+                  isolate_on_smt_hosts=mode)
+    return fit_case(at_one)["fits"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -289,6 +289,19 @@ def test_isolate_refuse_picks_the_cell_without_smt():
     assert result.fitted.cells[0].host_cell_id == 1
 
 
+def test_shared_guest_in_huge_pages_stays_within_the_ram_ratio():
+    cell = paged(memory_usage=1024)
+    instance = guest(shared_cell(memory_mb=1024, pagesize=2048))
+    assert fit(host(cell), instance, limits=Limits(ram_allocation_ratio=0.5)).fits
+    assert fit(host(cell), instance, limits=Limits(ram_allocation_ratio=0.4)).reason == \
+        "no host cell with 1024 MB free memory within ram_allocation_ratio 0.4"
+    assert fit(host(cell), instance, limits=None).fits
+    # pinned vCPUs only: the pages alone
+    pinned_host = host(paged(memory_usage=1024, pcpuset=range(4, 8)))
+    assert fit(pinned_host, guest(pinned_cell(memory_mb=1024, pagesize=2048)),
+               limits=Limits(ram_allocation_ratio=0.4)).fits
+
+
 def test_pages_are_not_overcommitted():
     result = fit(host(paged()), guest(shared_cell(memory_mb=3072, pagesize=1048576)),
                  limits=Limits(ram_allocation_ratio=10.0))

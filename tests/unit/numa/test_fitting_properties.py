@@ -169,6 +169,9 @@ def memory_ok(cell: HostCell, guest: InstanceCell, limits: Limits | None,
         pages = page.total - page.used - page.reserved if guest.pcpuset else page.total
         return (kb % size == 0 and kb <= pages * size
                 and plain_memory_ok(cell, guest, limits))
+    if guest.cpuset and limits is not None and \
+            cell.memory_usage + guest.memory_mb > cell.memory_mb * limits.ram_allocation_ratio:
+        return False
     return kb % size == 0 and kb // size <= page.total - page.used - page.reserved
 
 
