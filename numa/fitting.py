@@ -392,7 +392,7 @@ def _place_cell(host: HostCell, guest: InstanceCell, reserve: int,
     reserved: frozenset[int] = frozenset()
     isolated: frozenset[int] = frozenset()
     if guest.pcpuset or reserve:
-        cpus, isolated = _pick_pcpus(host, len(guest.pcpuset) + reserve,
+        cpus, isolated = _pick_pcpus(host, len(guest.pcpuset), reserve,
                                      guest.cpu_thread_policy)
         vcpus = sorted(guest.pcpuset)
         pinning = dict(zip(vcpus, cpus[:len(vcpus)], strict=True))
@@ -506,11 +506,15 @@ def _pinned_miss(host: HostCell, wanted: int, thread_policy: str | None,
                          + note)
         return None
     if thread_policy == REQUIRE:
-        have = free if free < wanted else sum(
-            len(core) for core in host.cores() if len(core) > 1 and pinned.isdisjoint(core))
-        if have < wanted:
-            return _Miss(_STAGE_PINNED, have - wanted,
-                         f"no host cell with {wanted} free pCPUs in sibling pairs" + note)
+        # the vCPUs on whole free cores of two or more threads; the emulator threads'
+        # CPU (not a guest vCPU) on any other free pCPU
+        vcpus = wanted - reserve
+        have = free - reserve if free < wanted else min(free - reserve, sum(
+            len(core) for core in host.cores() if len(core) > 1 and pinned.isdisjoint(core)))
+        if have < vcpus:
+            more = f" and {reserve} more for emulator threads" if reserve else ""
+            return _Miss(_STAGE_PINNED, have - vcpus,
+                         f"no host cell with {vcpus} free pCPUs in sibling pairs" + more)
         return None
     if free < wanted:
         return _Miss(_STAGE_PINNED, free - wanted, f"no host cell with {wanted} free pCPUs"
@@ -518,24 +522,32 @@ def _pinned_miss(host: HostCell, wanted: int, thread_policy: str | None,
     return None
 
 
-def _pick_pcpus(host: HostCell, wanted: int,
+def _pick_pcpus(host: HostCell, vcpus: int, reserve: int,
                 thread_policy: str | None) -> tuple[list[int], frozenset[int]]:
-    """``wanted`` free pCPUs by thread policy (known to be there), grouped by core so
-    consecutive guest vCPUs land on siblings, and the sibling CPUs left idle by
-    ``isolate``."""
+    """``vcpus`` + ``reserve`` free pCPUs by thread policy (known to be there), the
+    vCPUs' grouped by core so consecutive guest vCPUs land on siblings, and the sibling
+    CPUs left idle by ``isolate``. With ``require`` the ``reserve`` (emulator threads)
+    CPUs come from what the vCPUs left free, broken cores first."""
     pinned = host.pinned_cpus
     cores = host.cores()
+    wanted = vcpus + reserve
     if thread_policy == ISOLATE:
         whole = sorted((core for core in cores if pinned.isdisjoint(core)),
                        key=lambda core: (len(core), core))
         taken = whole[:wanted]
         return [core[0] for core in taken], frozenset(c for core in taken for c in core[1:])
+    free = [left for left in (tuple(c for c in core if c not in pinned) for core in cores)
+            if left]
     if thread_policy == REQUIRE:
         pool = [core for core in cores if len(core) > 1 and pinned.isdisjoint(core)]
-    else:
-        pool = [free for free in (tuple(c for c in core if c not in pinned) for core in cores)
-                if free]
-    return _best_fit(pool, wanted), frozenset()
+        cpus = _best_fit(pool, vcpus)
+        if reserve:
+            taken = set(cpus)
+            rest = [left for left in (tuple(c for c in core if c not in taken) for core in free)
+                    if left]
+            cpus += _best_fit(rest, reserve)
+        return cpus, frozenset()
+    return _best_fit(free, wanted), frozenset()
 
 
 def _best_fit(pool: Sequence[tuple[int, ...]], wanted: int) -> list[int]:

@@ -83,6 +83,19 @@ def test_require_refuses_broken_cores():
     assert result.reason == "no host cell with 4 free pCPUs in sibling pairs"
 
 
+def test_require_emulator_thread_cpu_may_be_on_a_broken_core():
+    # cores (0,1) (2,3) whole, (4,5) with 5 pinned: the 4 vCPUs take the whole cores,
+    # the emulator threads the free thread of the broken one
+    cell = smt_cell(cores=3, pinned=[5])
+    result = fit(host(cell), guest(pinned_cell(vcpus=range(4), thread="require"),
+                                   emulator="isolate"))
+    assert pinning(result) == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert result.fitted.cells[0].cpuset_reserved == frozenset({4})
+    assert fit(host(smt_cell(cores=2)), guest(pinned_cell(vcpus=range(4), thread="require"),
+                                              emulator="isolate")).reason == \
+        "no host cell with 4 free pCPUs in sibling pairs and 1 more for emulator threads"
+
+
 def test_require_needs_smt():
     cell = host_cell(pcpuset=range(8))
     result = fit(host(cell), guest(pinned_cell(vcpus=[0, 1], thread="require")))

@@ -196,6 +196,11 @@ def cell_fits_somehow(cell: HostCell, guest: InstanceCell, limits: Limits | None
     if not wanted:
         return True
     free = sorted(cell.pcpuset - cell.pinned_cpus)
+    if guest.cpu_thread_policy == "require":
+        # the policy binds the vCPUs; the emulator threads' CPU is any other free one
+        return len(free) >= wanted and any(
+            threads_ok(cell, set(cpus), "require")
+            for cpus in itertools.combinations(free, len(guest.pcpuset)))
     return any(threads_ok(cell, set(cpus), guest.cpu_thread_policy, isolate_on_smt)
                for cpus in itertools.combinations(free, wanted))
 
@@ -231,7 +236,9 @@ def assert_valid(host: HostTopology, instance: InstanceTopology, limits: Limits 
         assert len(set(used)) == len(used) == len(guest.pcpuset) + reserve
         free = cell.pcpuset - cell.pinned_cpus
         assert set(used) <= free, "pinned outside the free pcpuset"
-        assert threads_ok(cell, set(used), guest.cpu_thread_policy, isolate_on_smt)
+        bound = set(placed.cpu_pinning.values()) if guest.cpu_thread_policy == "require" \
+            else set(used)
+        assert threads_ok(cell, bound, guest.cpu_thread_policy, isolate_on_smt)
         if guest.cpu_thread_policy == "isolate":
             idle = frozenset().union(*(core_of(cell, cpu) for cpu in used)) - set(used)
             assert placed.cpuset_isolated == idle
