@@ -30,12 +30,16 @@ from db.models import utcnow
 
 numa_opts = [
     cfg.StrOpt("isolate_on_smt_hosts",
-               default="reserve-siblings", choices=("reserve-siblings", "refuse"),
+               default="reserve-siblings",
+               choices=[("reserve-siblings",
+                         "pin each vCPU to one thread of a whole free core and keep the "
+                         "core's other threads idle (accounted as used)"),
+                        ("refuse",
+                         "such cells do not take isolate guests, as in Nova; only cells "
+                         "without SMT (or with it disabled) do")],
                help="What hw:cpu_thread_policy=isolate does on a host NUMA cell whose CPUs "
-                    "have SMT siblings. reserve-siblings: pin each vCPU to one thread of a "
-                    "whole free core and keep the core's other threads idle (they are "
-                    "accounted as used). refuse: such cells do not take isolate guests, as "
-                    "in Nova; only hosts without SMT (or with it disabled) do."),
+                    "have SMT siblings. Read by NUMATopologyFilter and the claim; the "
+                    "setting is part of every remembered NUMA answer."),
 ]
 
 cfg.CONF.register_opts(numa_opts, group="numa")
