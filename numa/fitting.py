@@ -13,14 +13,17 @@ Rules, per guest cell on one host cell:
   charged to the small-page pool;
 - with a page size request: enough free pages (``total - used - reserved``) of the chosen
   size (and, for guests with shared vCPUs, the cell's memory usage within
-  ``memory_mb * ram_allocation_ratio`` too); ``small`` is the host's smallest size, ``large`` any other (largest first),
-  ``any`` every size (largest first), a number exactly that size;
+  ``memory_mb * ram_allocation_ratio`` too); ``small`` is the host's smallest size,
+  ``large`` any other (largest first), ``any`` every size (largest first), a number
+  exactly that size;
 - floating vCPUs: ``cpu_usage + n`` within ``len(cpuset) * cpu_allocation_ratio``, and no
   more than ``len(cpuset)``;
 - pinned vCPUs (plus one CPU for isolated emulator threads on the first guest cell's host
   cell) on free pCPUs by thread policy: ``prefer`` (default) any free pCPUs, siblings
   first; ``isolate`` one entirely free core per vCPU, its other threads left idle;
-  ``require`` entirely free cores with two or more threads, all filled except the last.
+  ``require`` entirely free cores with two or more threads, all filled except the last
+  (the thread policy binds guest vCPUs: an isolated emulator threads' CPU under
+  ``require`` is any other free pCPU).
 
 A page size request with a host cell that lists no pages: ``small``/``any`` fall back to
 the plain memory check, ``large`` or a size does not fit.
