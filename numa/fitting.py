@@ -5,16 +5,25 @@ Rules, per guest cell on one host cell:
 
 - memory without a page size request: ``memory_usage + memory_mb`` within
   ``memory_mb * ram_allocation_ratio`` (a ratio above 1 does not apply to guests with
-  pinned vCPUs: they never over-commit memory), and never more than the cell has;
+  pinned vCPUs: they never over-commit memory), and never more than the cell has.
+  When the host cell lists ``mempages``, such a guest gets small pages only (memory the
+  host set aside as huge pages is not memory for it): a guest with pinned vCPUs needs
+  that much *free* small-page memory, a shared guest that much small-page memory in
+  total (then the ratio check); the fit records the small page size, so the usage is
+  charged to the small-page pool;
 - with a page size request: enough free pages (``total - used - reserved``) of the chosen
-  size; ``small`` is the host's smallest size, ``large`` any other (largest first),
-  ``any`` every size (largest first), a number exactly that size;
+  size (and, for guests with shared vCPUs, the cell's memory usage within
+  ``memory_mb * ram_allocation_ratio`` too); ``small`` is the host's smallest size,
+  ``large`` any other (largest first), ``any`` every size (largest first), a number
+  exactly that size;
 - floating vCPUs: ``cpu_usage + n`` within ``len(cpuset) * cpu_allocation_ratio``, and no
   more than ``len(cpuset)``;
 - pinned vCPUs (plus one CPU for isolated emulator threads on the first guest cell's host
   cell) on free pCPUs by thread policy: ``prefer`` (default) any free pCPUs, siblings
   first; ``isolate`` one entirely free core per vCPU, its other threads left idle;
-  ``require`` entirely free cores with two or more threads, all filled except the last.
+  ``require`` entirely free cores with two or more threads, all filled except the last
+  (the thread policy binds guest vCPUs: an isolated emulator threads' CPU under
+  ``require`` is any other free pCPU).
 
 A page size request with a host cell that lists no pages: ``small``/``any`` fall back to
 the plain memory check, ``large`` or a size does not fit.
@@ -23,7 +32,14 @@ A multi-cell guest takes distinct host cells. The search is a depth-first assign
 pack/spread order, pruned by a bipartite matching check on the cells still to place and
 memoised on (guest cell, host cells used), so it never walks all permutations; CPUs are
 picked only for the host cells finally chosen (``check_fit`` skips even that).
-``limits=None`` means ratios of 1.0 (no over-commit).
+``limits`` defaults to ratios of 1.0 (no over-commit). ``limits=None`` means *no limits
+object* (as in Nova): guests with shared vCPUs are checked against the cell's size only
+(CPUs and memory, or small-page memory), not its usage; pinned vCPUs still need free
+pCPUs and free memory.
+
+``isolate_on_smt`` says what thread policy ``isolate`` does on a host cell whose CPUs
+have SMT siblings: ``reserve-siblings`` (default) pins one thread of each whole free
+core and keeps its siblings idle; ``refuse`` refuses the cell (Nova's behaviour).
 """
 from __future__ import annotations
 
@@ -43,11 +59,16 @@ from numa.topology import (
     HostTopology,
     InstanceCell,
     InstanceTopology,
+    MemPage,
 )
 
 PACK = "pack"
 SPREAD = "spread"
 STRATEGIES = (PACK, SPREAD)
+
+RESERVE_SIBLINGS = "reserve-siblings"
+REFUSE = "refuse"
+ISOLATE_ON_SMT = (RESERVE_SIBLINGS, REFUSE)
 
 PciCheck = Callable[[frozenset[int]], bool]
 
@@ -58,6 +79,10 @@ class Limits:
 
     cpu_allocation_ratio: float = 1.0
     ram_allocation_ratio: float = 1.0
+
+
+#: The ``limits`` used when none are given: ratios of 1.0.
+NO_OVERCOMMIT = Limits()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,18 +111,20 @@ _EMULATOR_NOTE = " (incl. 1 for emulator threads)"
 
 
 def fit_instance_to_host(host: HostTopology, instance: InstanceTopology,
-                         limits: Limits | None = None, pci_requests: Any = None,
+                         limits: Limits | None = NO_OVERCOMMIT, pci_requests: Any = None,
                          pci_pools: Any = None, pci_check: PciCheck | None = None,
-                         strategy: str = PACK) -> FitResult:
+                         strategy: str = PACK,
+                         isolate_on_smt: str = RESERVE_SIBLINGS) -> FitResult:
     """Place ``instance`` on ``host``; neither is modified.
 
     ``pci_check(host_cell_ids)`` (optional) accepts or refuses a candidate set of host
     cells for the PCI requests; when it is not given but ``pci_requests`` and
     ``pci_pools`` are, ``pci.matching.supports_requests`` is used. ``strategy`` ``pack``
-    tries the busiest host cells first, ``spread`` the emptiest.
+    tries the busiest host cells first, ``spread`` the emptiest. ``limits`` and
+    ``isolate_on_smt``: see the module docstring.
     """
     chosen, reason = _choose(host, instance, limits, pci_requests, pci_pools, pci_check,
-                             strategy)
+                             strategy, isolate_on_smt)
     if chosen is None:
         return FitResult(None, reason)
     reserve = 1 if instance.emulator_threads_isolated else 0
@@ -107,31 +134,49 @@ def fit_instance_to_host(host: HostTopology, instance: InstanceTopology,
     return FitResult(FittedTopology(cells, instance.emulator_threads_policy))
 
 
-def check_fit(host: HostTopology, instance: InstanceTopology, limits: Limits | None = None,
-              pci_requests: Any = None, pci_pools: Any = None,
-              pci_check: PciCheck | None = None, strategy: str = PACK) -> str | None:
+def check_fit(host: HostTopology, instance: InstanceTopology,
+              limits: Limits | None = NO_OVERCOMMIT, pci_requests: Any = None,
+              pci_pools: Any = None, pci_check: PciCheck | None = None, strategy: str = PACK,
+              isolate_on_smt: str = RESERVE_SIBLINGS) -> str | None:
     """Why ``instance`` does not fit ``host``, or None when it does: the answer of
     ``fit_instance_to_host`` without picking CPUs (cheaper, for filters)."""
-    return _choose(host, instance, limits, pci_requests, pci_pools, pci_check, strategy)[1]
+    return _choose(host, instance, limits, pci_requests, pci_pools, pci_check, strategy,
+                   isolate_on_smt)[1]
+
+
+class _Rules(NamedTuple):
+    """What the per-cell checks read besides the cells: the ratios (None: no limits
+    object) and what ``isolate`` does on SMT cells."""
+
+    limits: Limits | None
+    refuse_isolate_on_smt: bool
+
+    @property
+    def cpu_ratio(self) -> float:
+        return 1.0 if self.limits is None else self.limits.cpu_allocation_ratio
 
 
 def _choose(host: HostTopology, instance: InstanceTopology, limits: Limits | None,
             pci_requests: Any, pci_pools: Any, pci_check: PciCheck | None,
-            strategy: str) -> tuple[list[tuple[int, int | None]] | None, str | None]:
+            strategy: str, isolate_on_smt: str,
+            ) -> tuple[list[tuple[int, int | None]] | None, str | None]:
     """(host cell position and page size per guest cell, None), or (None, reason)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    limits = limits or Limits()
+    if isolate_on_smt not in ISOLATE_ON_SMT:
+        raise ValueError(f"isolate_on_smt must be one of {', '.join(ISOLATE_ON_SMT)}, "
+                         f"got {isolate_on_smt!r}")
+    rules = _Rules(limits, isolate_on_smt == REFUSE)
     if pci_check is None and pci_requests:
         pci_check = _pci_check_from_pools(host, pci_requests, pci_pools)
     guests = instance.cells
     if len(guests) > len(host.cells):
         return None, f"guest has {len(guests)} cells, host has {len(host.cells)}"
-    order = _host_cell_order(host, instance, limits, strategy)
+    order = _host_cell_order(host, instance, rules.cpu_ratio, strategy)
     reserve = 1 if instance.emulator_threads_isolated else 0
 
     if len(guests) == 1:
-        return _choose_single(host, guests[0], order, limits, reserve, pci_check)
+        return _choose_single(host, guests[0], order, rules, reserve, pci_check)
 
     # Which host cells each guest cell fits, in preference order. Guest cells of the
     # same shape (the usual even split) are checked once per host cell.
@@ -147,7 +192,7 @@ def _choose(host: HostTopology, instance: InstanceTopology, limits: Limits | Non
         for j in order:
             result = checked.get((shape, j))
             if result is None:
-                result = checked[shape, j] = _check_cell(host.cells[j], guest, limits,
+                result = checked[shape, j] = _check_cell(host.cells[j], guest, rules,
                                                          cell_reserve)
             if isinstance(result, _Ok):
                 row.append(j)
@@ -171,14 +216,14 @@ def _choose(host: HostTopology, instance: InstanceTopology, limits: Limits | Non
 _PCI_REFUSED = "PCI requests cannot be satisfied on the host cells that fit"
 
 
-def _choose_single(host: HostTopology, guest: InstanceCell, order: list[int], limits: Limits,
+def _choose_single(host: HostTopology, guest: InstanceCell, order: list[int], rules: _Rules,
                    reserve: int, pci_check: PciCheck | None,
                    ) -> tuple[list[tuple[int, int | None]] | None, str | None]:
     """The common case: one guest cell, the first host cell in order that fits."""
     best: _Miss | None = None
     pci_refused = False
     for j in order:
-        result = _check_cell(host.cells[j], guest, limits, reserve)
+        result = _check_cell(host.cells[j], guest, rules, reserve)
         if isinstance(result, _Ok):
             if pci_check is None or pci_check(frozenset((host.cells[j].id,))):
                 return [(j, result.pagesize)], None
@@ -282,7 +327,7 @@ def _can_match(candidates: list[list[int]], start: int, used: int) -> bool:
     return all(augment(index, set()) for index in range(start, len(candidates)))
 
 
-def _host_cell_order(host: HostTopology, instance: InstanceTopology, limits: Limits,
+def _host_cell_order(host: HostTopology, instance: InstanceTopology, cpu_ratio: float,
                      strategy: str) -> list[int]:
     """Host cell positions, busiest first (pack) or emptiest first (spread), measured on
     the resource the guest cares about most; ties by cell id."""
@@ -292,7 +337,7 @@ def _host_cell_order(host: HostTopology, instance: InstanceTopology, limits: Lim
         free_memory = cell.memory_mb - cell.memory_usage
         if pinned:
             return (len(cell.free_pcpus), free_memory)
-        return (len(cell.cpuset) * limits.cpu_allocation_ratio - cell.cpu_usage, free_memory)
+        return (len(cell.cpuset) * cpu_ratio - cell.cpu_usage, free_memory)
 
     sign = 1 if strategy == PACK else -1
     keyed = []
@@ -316,21 +361,27 @@ def _shape(guest: InstanceCell, reserve: int) -> tuple:
             guest.cpu_thread_policy, reserve)
 
 
-def _check_cell(host: HostCell, guest: InstanceCell, limits: Limits,
+def _check_cell(host: HostCell, guest: InstanceCell, rules: _Rules,
                 reserve: int) -> _Ok | _Miss:
     """Does the guest cell fit the host cell? Cheap: counts only, no CPU picked."""
-    pagesize = _fit_memory(host, guest, limits)
+    pagesize = _fit_memory(host, guest, rules.limits)
     if isinstance(pagesize, _Miss):
         return pagesize
     shared = len(guest.cpuset)
     if shared:
         capacity = len(host.cpuset)
-        headroom = capacity * limits.cpu_allocation_ratio - host.cpu_usage
+        headroom = (capacity if rules.limits is None
+                    else capacity * rules.limits.cpu_allocation_ratio - host.cpu_usage)
         if shared > capacity or shared > headroom:
             return _Miss(_STAGE_SHARED, min(capacity, headroom) - shared,
                          f"no host cell with {shared} free shared CPUs")
     wanted = len(guest.pcpuset) + reserve
     if wanted:
+        if (rules.refuse_isolate_on_smt and guest.cpu_thread_policy == ISOLATE
+                and host.has_smt):
+            return _Miss(_STAGE_PINNED, -wanted,
+                         "thread policy isolate: host cell has SMT siblings "
+                         "([numa] isolate_on_smt_hosts = refuse)")
         miss = _pinned_miss(host, wanted, guest.cpu_thread_policy, reserve)
         if miss is not None:
             return miss
@@ -344,7 +395,7 @@ def _place_cell(host: HostCell, guest: InstanceCell, reserve: int,
     reserved: frozenset[int] = frozenset()
     isolated: frozenset[int] = frozenset()
     if guest.pcpuset or reserve:
-        cpus, isolated = _pick_pcpus(host, len(guest.pcpuset) + reserve,
+        cpus, isolated = _pick_pcpus(host, len(guest.pcpuset), reserve,
                                      guest.cpu_thread_policy)
         vcpus = sorted(guest.pcpuset)
         pinning = dict(zip(vcpus, cpus[:len(vcpus)], strict=True))
@@ -355,19 +406,28 @@ def _place_cell(host: HostCell, guest: InstanceCell, reserve: int,
                       cpuset_isolated=isolated)
 
 
-def _fit_memory(host: HostCell, guest: InstanceCell, limits: Limits) -> int | None | _Miss:
-    """The page size the guest cell's memory is taken in (None: plain memory)."""
+def _fit_memory(host: HostCell, guest: InstanceCell,
+                limits: Limits | None) -> int | None | _Miss:
+    """The page size the guest cell's memory is taken in (None: plain memory, on a
+    host cell that lists no pages)."""
     request = guest.pagesize
     sizes = sorted(page.size_kb for page in host.mempages)
+    if request is None and sizes:
+        miss = _small_pages_miss(host.mempage(sizes[0]), guest)
+        if miss is not None:
+            return miss
     if request is None or (not sizes and request in (PAGES_SMALL, PAGES_ANY)):
-        ratio = limits.ram_allocation_ratio
-        if guest.pcpuset:
-            ratio = min(ratio, 1.0)
-        room = host.memory_mb * ratio - host.memory_usage
-        if guest.memory_mb > min(room, host.memory_mb):
-            return _Miss(_STAGE_MEMORY, room - guest.memory_mb,
-                         f"no host cell with {guest.memory_mb} MB free memory")
-        return None
+        miss = _plain_memory_miss(host, guest, limits)
+        if miss is not None:
+            return miss
+        return sizes[0] if sizes else None
+    if guest.cpuset and limits is not None:
+        # Guests with shared vCPUs stay within the RAM ratio even in huge pages.
+        limit = host.memory_mb * limits.ram_allocation_ratio
+        if host.memory_usage + guest.memory_mb > limit:
+            return _Miss(_STAGE_MEMORY, limit - host.memory_usage - guest.memory_mb,
+                         f"no host cell with {guest.memory_mb} MB free memory within "
+                         f"ram_allocation_ratio {limits.ram_allocation_ratio:g}")
     if request == PAGES_SMALL:
         candidates = sizes[:1]
     elif request == PAGES_LARGE:
@@ -398,6 +458,42 @@ def _fit_memory(host: HostCell, guest: InstanceCell, limits: Limits) -> int | No
                  f"{request} pages: no page size with {guest.memory_mb} MB free")
 
 
+def _small_pages_miss(small: MemPage, guest: InstanceCell) -> _Miss | None:
+    """A guest cell without a page size request gets the host cell's smallest pages:
+    free ones for pinned vCPUs (they never over-commit), else as many in total (the
+    ratio check follows)."""
+    if guest.memory_mb * 1024 % small.size_kb:
+        return _Miss(_STAGE_MEMORY, -guest.memory_mb,
+                     f"{small.size_kb} KiB pages: {guest.memory_mb} MB is not a whole number "
+                     "of pages")
+    pages = small.free if guest.pcpuset else small.total
+    have_mb = pages * small.size_kb / 1024
+    if guest.memory_mb > have_mb:
+        what = "free" if guest.pcpuset else "in all"
+        return _Miss(_STAGE_MEMORY, have_mb - guest.memory_mb,
+                     f"no host cell with {guest.memory_mb} MB of small pages ({small.size_kb} "
+                     f"KiB) {what}")
+    return None
+
+
+def _plain_memory_miss(host: HostCell, guest: InstanceCell,
+                       limits: Limits | None) -> _Miss | None:
+    """The cell's memory: within ``memory_mb * ratio`` with its usage (no ratio above 1
+    for pinned vCPUs), never more than the cell has; without limits, shared guests are
+    checked against the cell's size only."""
+    if limits is None and not guest.pcpuset:
+        room = float(host.memory_mb)
+    else:
+        ratio = 1.0 if limits is None else limits.ram_allocation_ratio
+        if guest.pcpuset:
+            ratio = min(ratio, 1.0)
+        room = host.memory_mb * ratio - host.memory_usage
+    if guest.memory_mb > min(room, host.memory_mb):
+        return _Miss(_STAGE_MEMORY, room - guest.memory_mb,
+                     f"no host cell with {guest.memory_mb} MB free memory")
+    return None
+
+
 def _pinned_miss(host: HostCell, wanted: int, thread_policy: str | None,
                  reserve: int) -> _Miss | None:
     """Why ``wanted`` pCPUs can't be had under the thread policy (None if they can)."""
@@ -413,11 +509,15 @@ def _pinned_miss(host: HostCell, wanted: int, thread_policy: str | None,
                          + note)
         return None
     if thread_policy == REQUIRE:
-        have = free if free < wanted else sum(
-            len(core) for core in host.cores() if len(core) > 1 and pinned.isdisjoint(core))
-        if have < wanted:
-            return _Miss(_STAGE_PINNED, have - wanted,
-                         f"no host cell with {wanted} free pCPUs in sibling pairs" + note)
+        # the vCPUs on whole free cores of two or more threads; the emulator threads'
+        # CPU (not a guest vCPU) on any other free pCPU
+        vcpus = wanted - reserve
+        have = free - reserve if free < wanted else min(free - reserve, sum(
+            len(core) for core in host.cores() if len(core) > 1 and pinned.isdisjoint(core)))
+        if have < vcpus:
+            more = f" and {reserve} more for emulator threads" if reserve else ""
+            return _Miss(_STAGE_PINNED, have - vcpus,
+                         f"no host cell with {vcpus} free pCPUs in sibling pairs" + more)
         return None
     if free < wanted:
         return _Miss(_STAGE_PINNED, free - wanted, f"no host cell with {wanted} free pCPUs"
@@ -425,24 +525,32 @@ def _pinned_miss(host: HostCell, wanted: int, thread_policy: str | None,
     return None
 
 
-def _pick_pcpus(host: HostCell, wanted: int,
+def _pick_pcpus(host: HostCell, vcpus: int, reserve: int,
                 thread_policy: str | None) -> tuple[list[int], frozenset[int]]:
-    """``wanted`` free pCPUs by thread policy (known to be there), grouped by core so
-    consecutive guest vCPUs land on siblings, and the sibling CPUs left idle by
-    ``isolate``."""
+    """``vcpus`` + ``reserve`` free pCPUs by thread policy (known to be there), the
+    vCPUs' grouped by core so consecutive guest vCPUs land on siblings, and the sibling
+    CPUs left idle by ``isolate``. With ``require`` the ``reserve`` (emulator threads)
+    CPUs come from what the vCPUs left free, broken cores first."""
     pinned = host.pinned_cpus
     cores = host.cores()
+    wanted = vcpus + reserve
     if thread_policy == ISOLATE:
         whole = sorted((core for core in cores if pinned.isdisjoint(core)),
                        key=lambda core: (len(core), core))
         taken = whole[:wanted]
         return [core[0] for core in taken], frozenset(c for core in taken for c in core[1:])
+    free = [left for left in (tuple(c for c in core if c not in pinned) for core in cores)
+            if left]
     if thread_policy == REQUIRE:
         pool = [core for core in cores if len(core) > 1 and pinned.isdisjoint(core)]
-    else:
-        pool = [free for free in (tuple(c for c in core if c not in pinned) for core in cores)
-                if free]
-    return _best_fit(pool, wanted), frozenset()
+        cpus = _best_fit(pool, vcpus)
+        if reserve:
+            taken = set(cpus)
+            rest = [left for left in (tuple(c for c in core if c not in taken) for core in free)
+                    if left]
+            cpus += _best_fit(rest, reserve)
+        return cpus, frozenset()
+    return _best_fit(free, wanted), frozenset()
 
 
 def _best_fit(pool: Sequence[tuple[int, ...]], wanted: int) -> list[int]:

@@ -6,12 +6,21 @@ Case::
     {"host": {"cells": [HostCell...]}, "instance": {"cells": [InstanceCell...],
      "emulator_threads_policy": null | "share" | "isolate"},
      "limits": null | {"cpu_allocation_ratio": x, "ram_allocation_ratio": y},
-     "strategy": "pack" | "spread" (optional), "id": anything (optional, echoed)}
+     "strategy": "pack" | "spread" (optional),
+     "isolate_on_smt_hosts": "reserve-siblings" | "refuse" (optional),
+     "id": anything (optional, echoed)}
 
 Result: ``{"fits": true, "cells": [{"id", "host_cell_id", "cpu_pinning": {"vcpu": pcpu},
 "pagesize_kb", "cpuset_reserved"}]}``, or ``{"fits": false, "cells": [], "reason": ...}``,
 or for a malformed case ``{"fits": false, "cells": [], "error": ...}``; plus ``"id"``
-when the case has one. ``limits: null`` means no over-commit.
+when the case has one.
+
+``limits``: an object gives the allocation ratios (a missing ratio is 1.0); ``null`` (or
+no key) means *no limits object*, as for Nova's ``numa_fit_instance_to_host``: guests
+with shared vCPUs are checked only against each cell's size (CPUs and memory, or
+small-page memory), not against its usage; pinned vCPUs still need free pCPUs and free
+memory. ``isolate_on_smt_hosts`` is the ``[numa]`` option of the same name (default
+``reserve-siblings``).
 """
 from __future__ import annotations
 
@@ -20,20 +29,21 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from numa.errors import NumaError
-from numa.fitting import STRATEGIES, Limits, fit_instance_to_host
+from numa.fitting import ISOLATE_ON_SMT, RESERVE_SIBLINGS, STRATEGIES, Limits, fit_instance_to_host
 from numa.topology import HostTopology, InstanceTopology
 
-_CASE_KEYS = frozenset(("host", "instance", "limits", "strategy", "id"))
+_CASE_KEYS = frozenset(("host", "instance", "limits", "strategy", "isolate_on_smt_hosts", "id"))
 _LIMIT_KEYS = ("cpu_allocation_ratio", "ram_allocation_ratio")
 
 
 def fit_case(case: Any) -> dict:
     """Answer one case (see the module docstring); never raises for bad input."""
     try:
-        host, instance, limits, strategy = _parse_case(case)
+        host, instance, limits, strategy, isolate_on_smt = _parse_case(case)
     except NumaError as exc:
         return _with_id({"fits": False, "cells": [], "error": str(exc)}, case)
-    result = fit_instance_to_host(host, instance, limits, strategy=strategy)
+    result = fit_instance_to_host(host, instance, limits, strategy=strategy,
+                                  isolate_on_smt=isolate_on_smt)
     if result.fitted is None:
         answer = {"fits": False, "cells": [], "reason": result.reason}
     else:
@@ -72,7 +82,7 @@ def run(stdin: TextIO, stdout: TextIO) -> int:
     return malformed
 
 
-def _parse_case(case: Any) -> tuple[HostTopology, InstanceTopology, Limits | None, str]:
+def _parse_case(case: Any) -> tuple[HostTopology, InstanceTopology, Limits | None, str, str]:
     if not isinstance(case, Mapping):
         raise NumaError("case", "expected an object")
     unknown = sorted(set(case) - _CASE_KEYS)
@@ -87,7 +97,10 @@ def _parse_case(case: Any) -> tuple[HostTopology, InstanceTopology, Limits | Non
     strategy = case.get("strategy") or "pack"
     if strategy not in STRATEGIES:
         raise NumaError("strategy", f"expected one of {' | '.join(STRATEGIES)}")
-    return host, instance, _parse_limits(case.get("limits")), strategy
+    isolate_on_smt = case.get("isolate_on_smt_hosts") or RESERVE_SIBLINGS
+    if isolate_on_smt not in ISOLATE_ON_SMT:
+        raise NumaError("isolate_on_smt_hosts", f"expected one of {' | '.join(ISOLATE_ON_SMT)}")
+    return host, instance, _parse_limits(case.get("limits")), strategy, isolate_on_smt
 
 
 def _parse_limits(data: Any) -> Limits | None:

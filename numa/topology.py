@@ -139,6 +139,11 @@ class HostCell:
         """Dedicated CPUs not pinned by any guest."""
         return self.pcpuset - self.pinned_cpus
 
+    @property
+    def has_smt(self) -> bool:
+        """Some core of the cell has more than one thread (a sibling set of two or more)."""
+        return any(len(sibling_set) > 1 for sibling_set in self.siblings)
+
     def mempage(self, size_kb: int) -> MemPage | None:
         """The pages of ``size_kb``, or None when the cell has none of that size."""
         for page in self.mempages:
@@ -236,6 +241,11 @@ class HostTopology:
     def _hash(self) -> int:
         # Topologies key the scheduler's caches: hash the cells once per value.
         return hash(self.cells)
+
+    @functools.cached_property
+    def has_smt(self) -> bool:
+        """Some cell has SMT siblings (where thread policy ``isolate`` has a choice)."""
+        return any(cell.has_smt for cell in self.cells)
 
     def cell(self, cell_id: int) -> HostCell | None:
         for cell in self.cells:
@@ -354,7 +364,9 @@ class FittedCell:
     ``cpu_pinning`` maps guest vCPU -> host CPU; ``cpuset_reserved`` are host CPUs held
     for isolated emulator threads; ``cpuset_isolated`` are siblings left idle by thread
     policy isolate; ``shared_cpus`` counts floating vCPUs; ``pagesize_kb`` is the page
-    size the memory is taken in (None: plain memory, no page accounting).
+    size the memory is taken in: the size asked for, or the host cell's smallest for a
+    guest that asked none on a cell that lists pages (None: plain memory on a cell
+    without a page list, no page accounting).
     """
 
     id: int

@@ -2,7 +2,9 @@
 
 Both return a new ``HostTopology``: ``cpu_usage`` (floating vCPUs), ``memory_usage``,
 ``pinned_cpus`` (pinned vCPUs, isolated emulator-thread CPUs and siblings left idle by
-thread policy isolate) and the ``used`` count of the page size taken.
+thread policy isolate) and the ``used`` count of the page size taken (for a guest that
+asked no page size on a cell that lists pages, the small pages: the fit records their
+size, so the small-page pool is charged and given back like any other).
 ``remove_usage(apply_usage(host, fitted), fitted) == host``.
 """
 from __future__ import annotations

@@ -24,8 +24,41 @@ from collections.abc import Mapping
 from typing import Any
 
 from oslo_concurrency import lockutils
+from oslo_config import cfg
 
 from db.models import utcnow
+
+numa_opts = [
+    cfg.StrOpt("isolate_on_smt_hosts",
+               default="reserve-siblings",
+               choices=[("reserve-siblings",
+                         "pin each vCPU to one thread of a whole free core and keep the "
+                         "core's other threads idle (accounted as used)"),
+                        ("refuse",
+                         "such cells do not take isolate guests, as in Nova; only cells "
+                         "without SMT (or with it disabled) do")],
+               help="What hw:cpu_thread_policy=isolate does on a host NUMA cell whose CPUs "
+                    "have SMT siblings. Read by NUMATopologyFilter and the claim; the "
+                    "setting is part of every remembered NUMA answer."),
+]
+
+cfg.CONF.register_opts(numa_opts, group="numa")
+
+LIST_OPTS = [("numa", numa_opts)]
+
+
+_NUMA_GROUP: list = []
+
+
+def isolate_on_smt_hosts(topology=None) -> str | None:
+    """The ``[numa] isolate_on_smt_hosts`` option, part of the fit signature of a
+    host whose topology has SMT siblings (None for the others: they fit the same
+    either way, and skip the option read)."""
+    if topology is not None and not topology.has_smt:
+        return None
+    if not _NUMA_GROUP:
+        _NUMA_GROUP.append(cfg.CONF.numa)   # the group view reads through to CONF
+    return _NUMA_GROUP[0].isolate_on_smt_hosts
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -248,14 +281,17 @@ class HostState:
         return _socket_of(self.numa_topology)
 
     def numa_signature(self) -> tuple:
-        """What fitting a guest without PCI requests reads of this host."""
-        return (self.numa_topology, self.cpu_allocation_ratio, self.ram_allocation_ratio)
+        """What fitting a guest without PCI requests reads of this host (and of the
+        ``[numa]`` options, so answers remembered under another setting are not
+        reused)."""
+        topology = self.numa_topology
+        return (topology, self.cpu_allocation_ratio, self.ram_allocation_ratio,
+                None if topology is None else isolate_on_smt_hosts(topology))
 
     def fit_signature(self) -> tuple:
         """Everything ``fit`` reads of this host: hosts with equal signatures get
         equal fits."""
-        return (self.numa_topology, self.cpu_allocation_ratio, self.ram_allocation_ratio,
-                self.pci_pools)
+        return self.numa_signature() + (self.pci_pools,)
 
     def numa_reason(self, spec) -> str | None:
         """Why the request's guest NUMA topology (with the PCI devices it needs on
@@ -379,9 +415,10 @@ def _fit_numa(spec, sig, check_only: bool):
     ``check_only``: only whether it fits (no CPUs picked)."""
     from numa import fitting
 
-    topology, cpu_ratio, ram_ratio, pools = sig
+    topology, cpu_ratio, ram_ratio, isolate_on_smt, pools = sig
     if topology is None:
         return None, "host has no NUMA topology"
+    isolate_on_smt = isolate_on_smt or fitting.RESERVE_SIBLINGS  # None: no SMT, no matter
     socket_of = _socket_of(topology)
     limits = fitting.Limits(cpu_ratio, ram_ratio)
     guest = spec.numa_topology
@@ -395,10 +432,12 @@ def _fit_numa(spec, sig, check_only: bool):
                 return matching.supports_requests(pools, requests, numa_cells=host_cells,
                                                   socket_of=socket_of)
         if check_only:
-            reason = fitting.check_fit(topology, guest, limits=limits, pci_check=pci_check)
+            reason = fitting.check_fit(topology, guest, limits=limits, pci_check=pci_check,
+                                       isolate_on_smt=isolate_on_smt)
             return (None if reason else True), reason
         result = fitting.fit_instance_to_host(topology, guest, limits=limits,
-                                              pci_check=pci_check)
+                                              pci_check=pci_check,
+                                              isolate_on_smt=isolate_on_smt)
         return result.fitted, result.reason
 
     requests = spec.pci_requests
@@ -416,7 +455,8 @@ def _fit_numa(spec, sig, check_only: bool):
     if reason is None:
         return fitted, None
     # Say which device request failed on the cells the guest would take.
-    bare = fitting.fit_instance_to_host(topology, guest, limits=limits)
+    bare = fitting.fit_instance_to_host(topology, guest, limits=limits,
+                                        isolate_on_smt=isolate_on_smt)
     if bare.fitted is None:
         return None, reason
     cells = frozenset(c.host_cell_id for c in bare.fitted.cells)
@@ -428,7 +468,7 @@ def _check_numa(spec, sig) -> str | None:
 
 
 def _fit(spec, sig) -> Fit:
-    topology, _, _, pools = sig
+    topology, _, _, _, pools = sig
     fitted = None
     cells = None
     if spec.numa_topology is not None:

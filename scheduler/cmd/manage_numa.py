@@ -16,9 +16,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit = numa_commands.add_parser(
         "fit",
         help="fit guest NUMA topologies to hosts: JSON lines on stdin, one answer per line",
-        description="Read one JSON case per line ({host, instance, limits, id}) and write "
-                    "one JSON answer per line ({fits, cells, reason|error, id}). A malformed "
-                    "line gets an error answer and the next line is read.")
+        description="Read one JSON case per line ({host, instance, limits, strategy, "
+                    "isolate_on_smt_hosts, id}) and write one JSON answer per line ({fits, "
+                    "cells, reason|error, id}). A malformed line gets an error answer and "
+                    "the next line is read. \"limits\": {\"cpu_allocation_ratio\": x, "
+                    "\"ram_allocation_ratio\": y} applies those ratios to the cells' usage; "
+                    "\"limits\": null (or no key) means no limits object: guests with shared "
+                    "vCPUs are checked only against each cell's size (CPUs and memory), not "
+                    "its usage, while pinned vCPUs still need free pCPUs and free memory. "
+                    "\"isolate_on_smt_hosts\": reserve-siblings (default) or refuse, as the "
+                    "[numa] option.")
     fit.add_argument("file", nargs="?", default="-",
                      help="read cases from FILE instead of stdin")
     fit.set_defaults(func=fit_command)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from numa import topology as numa_topology
 from scheduler.filters import SKIP, BaseHostFilter
+from scheduler.host_state import isolate_on_smt_hosts
 
 #: Page sizes with a free-memory column (``numa_free_kb_*``).
 _PAGE_COLUMNS = {2048: "numa_free_kb_2m", 1048576: "numa_free_kb_1g",
@@ -12,7 +13,9 @@ _PAGE_COLUMNS = {2048: "numa_free_kb_2m", 1048576: "numa_free_kb_1g",
 def _pinned_key(host) -> tuple:
     # A guest with only pinned vCPUs never reads the CPU ratio, and never
     # over-commits memory: of the RAM ratio only a value below 1 matters.
-    return (host.numa_topology, min(host.ram_allocation_ratio, 1.0))
+    topology = host.numa_topology
+    return (topology, min(host.ram_allocation_ratio, 1.0),
+            None if topology is None else isolate_on_smt_hosts(topology))
 
 
 class NUMATopologyFilter(BaseHostFilter):

@@ -83,6 +83,19 @@ def test_require_refuses_broken_cores():
     assert result.reason == "no host cell with 4 free pCPUs in sibling pairs"
 
 
+def test_require_emulator_thread_cpu_may_be_on_a_broken_core():
+    # cores (0,1) (2,3) whole, (4,5) with 5 pinned: the 4 vCPUs take the whole cores,
+    # the emulator threads the free thread of the broken one
+    cell = smt_cell(cores=3, pinned=[5])
+    result = fit(host(cell), guest(pinned_cell(vcpus=range(4), thread="require"),
+                                   emulator="isolate"))
+    assert pinning(result) == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert result.fitted.cells[0].cpuset_reserved == frozenset({4})
+    assert fit(host(smt_cell(cores=2)), guest(pinned_cell(vcpus=range(4), thread="require"),
+                                              emulator="isolate")).reason == \
+        "no host cell with 4 free pCPUs in sibling pairs and 1 more for emulator threads"
+
+
 def test_require_needs_smt():
     cell = host_cell(pcpuset=range(8))
     result = fit(host(cell), guest(pinned_cell(vcpus=[0, 1], thread="require")))
@@ -172,7 +185,7 @@ def paged(used_2m=0, used_1g=0, **kw):
 
 
 @pytest.mark.parametrize("request_, expected", [
-    ("small", 4), ("large", 1048576), ("any", 1048576), (2048, 2048), (None, None),
+    ("small", 4), ("large", 1048576), ("any", 1048576), (2048, 2048), (None, 4),
 ])
 def test_page_size_choice(request_, expected):
     result = fit(host(paged()), guest(shared_cell(memory_mb=1024, pagesize=request_)))
@@ -214,6 +227,92 @@ def test_missing_page_sizes():
         "host has no large pages"
     small = fit(host(plain), guest(shared_cell(pagesize="small")))
     assert small.fits and small.fitted.cells[0].pagesize_kb is None
+
+
+def test_no_page_size_request_takes_small_pages_when_the_cell_lists_pages():
+    # 1 GiB of small pages, 3 GiB in huge pages: the huge pages are not memory for a
+    # guest that asked no page size.
+    result = fit(host(paged()), guest(shared_cell(memory_mb=1024)))
+    assert result.fitted.cells[0].pagesize_kb == 4
+    assert not fit(host(paged()), guest(shared_cell(memory_mb=2048))).fits
+
+
+def mostly_huge(small_used=0, memory_usage=0):
+    """A 64 GiB cell with 62 GiB set aside in 1 GiB pages (2 GiB of small pages)."""
+    return host_cell(cpuset=range(4, 8), pcpuset=range(4), memory_mb=65536,
+                     memory_usage=memory_usage,
+                     mempages=[(4, 524288, small_used), (1048576, 62)])
+
+
+def test_pinned_guest_without_page_size_refused_where_memory_is_huge_pages():
+    result = fit(host(mostly_huge()), guest(pinned_cell(memory_mb=8192)))
+    assert result.reason == "no host cell with 8192 MB of small pages (4 KiB) free"
+    assert fit(host(mostly_huge()), guest(pinned_cell(memory_mb=8192, pagesize="large"))).fits
+    assert fit(host(mostly_huge()), guest(pinned_cell(memory_mb=2048))).fits
+
+
+def test_pinned_guest_needs_free_small_pages_shared_guest_total():
+    half_used = mostly_huge(small_used=262144, memory_usage=1024)
+    assert fit(host(half_used), guest(pinned_cell(memory_mb=1024))).fits
+    assert fit(host(half_used), guest(pinned_cell(memory_mb=1536))).reason == \
+        "no host cell with 1536 MB of small pages (4 KiB) free"
+    # a shared guest may over-commit the small pages (total, then the ratio check)
+    shared = guest(shared_cell(memory_mb=2048))
+    assert fit(host(half_used), shared, limits=Limits(ram_allocation_ratio=1.0)).fits
+    assert fit(host(half_used), guest(shared_cell(memory_mb=3072))).reason == \
+        "no host cell with 3072 MB of small pages (4 KiB) in all"
+    full = mostly_huge(small_used=262144, memory_usage=65536 - 1024)
+    assert fit(host(full), shared).reason == "no host cell with 2048 MB free memory"
+
+
+def test_limits_none_checks_shared_guests_against_cell_size_only():
+    busy = host_cell(cpuset=range(4), pcpuset=range(4, 8), memory_mb=4096, cpu_usage=4,
+                     memory_usage=3072, pinned=range(4, 7))
+    shared = guest(shared_cell(vcpus=range(4), memory_mb=4096))
+    assert fit(host(busy), shared, limits=None).fits
+    assert not fit(host(busy), shared).fits          # the default: ratios of 1.0
+    assert not fit(host(busy), guest(shared_cell(vcpus=range(5))), limits=None).fits
+    assert not fit(host(busy), guest(shared_cell(memory_mb=4097)), limits=None).fits
+    # pinned vCPUs: still free pCPUs and free memory
+    assert fit(host(busy), guest(pinned_cell(vcpus=[0, 1])), limits=None).reason == \
+        "no host cell with 2 free pCPUs"
+    roomy = host_cell(pcpuset=range(4), memory_mb=4096, memory_usage=4000)
+    assert fit(host(roomy), guest(pinned_cell(vcpus=[0])), limits=None).reason == \
+        "no host cell with 1024 MB free memory"
+
+
+def test_isolate_on_smt_hosts_refuse():
+    smt = host(smt_cell(cores=4))
+    isolate = guest(pinned_cell(vcpus=[0, 1], thread="isolate"))
+    assert fit(smt, isolate).fits
+    assert fit(smt, isolate, isolate_on_smt="refuse").reason == \
+        "thread policy isolate: host cell has SMT siblings ([numa] isolate_on_smt_hosts = refuse)"
+    no_smt = host(smt_cell(cores=4, threads=1))
+    assert pinning(fit(no_smt, isolate, isolate_on_smt="refuse")) == {0: 0, 1: 1}
+    # other thread policies are not affected
+    assert fit(smt, guest(pinned_cell(vcpus=[0, 1])), isolate_on_smt="refuse").fits
+    with pytest.raises(ValueError, match="isolate_on_smt"):
+        fit(smt, isolate, isolate_on_smt="maybe")
+
+
+def test_isolate_refuse_picks_the_cell_without_smt():
+    topo = host(smt_cell(id=0, cores=4), smt_cell(id=1, cores=4, threads=1, first=8))
+    result = fit(topo, guest(pinned_cell(vcpus=[0, 1], thread="isolate")),
+                 isolate_on_smt="refuse")
+    assert result.fitted.cells[0].host_cell_id == 1
+
+
+def test_shared_guest_in_huge_pages_stays_within_the_ram_ratio():
+    cell = paged(memory_usage=1024)
+    instance = guest(shared_cell(memory_mb=1024, pagesize=2048))
+    assert fit(host(cell), instance, limits=Limits(ram_allocation_ratio=0.5)).fits
+    assert fit(host(cell), instance, limits=Limits(ram_allocation_ratio=0.4)).reason == \
+        "no host cell with 1024 MB free memory within ram_allocation_ratio 0.4"
+    assert fit(host(cell), instance, limits=None).fits
+    # pinned vCPUs only: the pages alone
+    pinned_host = host(paged(memory_usage=1024, pcpuset=range(4, 8)))
+    assert fit(pinned_host, guest(pinned_cell(memory_mb=1024, pagesize=2048)),
+               limits=Limits(ram_allocation_ratio=0.4)).fits
 
 
 def test_pages_are_not_overcommitted():

@@ -81,3 +81,30 @@ def test_run_answers_every_line_and_goes_on():
     assert [a["fits"] for a in answers] == [True, False, False, True]
     assert answers[1]["error"].startswith("invalid JSON")
     assert answers[2] == {"fits": False, "cells": [], "error": "host: required", "id": 2}
+
+
+def test_limits_null_means_no_limits_object():
+    busy = {"cells": [{"id": 0, "cpuset": [0, 1], "pcpuset": [2, 3], "memory_mb": 2048,
+                       "cpu_usage": 2, "memory_usage": 2048, "pinned_cpus": [2]}]}
+    shared = {"cells": [{"id": 0, "cpuset": [0, 1], "memory_mb": 2048}]}
+    # shared guest: the cell's size only, not its usage
+    assert fit_case({"host": busy, "instance": shared, "limits": None})["fits"]
+    assert fit_case({"host": busy, "instance": shared})["fits"]
+    limited = {"cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0}
+    assert not fit_case({"host": busy, "instance": shared, "limits": limited})["fits"]
+    too_big = {"cells": [{"id": 0, "cpuset": [0, 1, 2], "memory_mb": 512}]}
+    assert not fit_case({"host": busy, "instance": too_big, "limits": None})["fits"]
+    # pinned guest: still free pCPUs and free memory
+    one_pinned = {"cells": [{"id": 0, "pcpuset": [0], "memory_mb": 512,
+                             "cpu_policy": "dedicated"}]}
+    assert fit_case({"host": busy, "instance": one_pinned, "limits": None})["reason"] == \
+        "no host cell with 512 MB free memory"
+
+
+def test_isolate_on_smt_hosts_key():
+    isolate = pinned(cpu_thread_policy="isolate")
+    assert fit_case({"host": HOST, "instance": isolate})["fits"]
+    refused = fit_case({"host": HOST, "instance": isolate, "isolate_on_smt_hosts": "refuse"})
+    assert not refused["fits"] and "SMT siblings" in refused["reason"]
+    bad = fit_case({"host": HOST, "instance": isolate, "isolate_on_smt_hosts": "never"})
+    assert bad["error"].startswith("isolate_on_smt_hosts")
