@@ -26,7 +26,7 @@ from db import aggregates, hosts, models
 from db import pci as db_pci
 from pci.device import validate_device
 from pci.errors import PciError
-from scheduler import exception, fleet
+from scheduler import exception, fleet, metrics
 from scheduler.request_spec import RequestSpec
 from scheduler.rpc import check_json
 
@@ -54,13 +54,24 @@ def _wire_error(error: exception.BerthError) -> exception.BerthError:
 
 def _expected(method: Callable) -> Callable:
     """Berth's errors are answers, not server faults: oslo.messaging logs them at
-    DEBUG and sends them to the caller, who gets the same exception type."""
+    DEBUG and sends them to the caller, who gets the same exception type.
+    Every call is counted by result and timed (``scheduler.metrics``)."""
+    name = method.__name__
+
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        error = None
         try:
             return method(*args, **kwargs)
         except exception.BerthError as e:
+            error = e
             raise _wire_error(e) from None
+        except Exception as e:
+            error = e
+            raise
+        finally:
+            metrics.count_request(name, error, time.perf_counter() - started)
 
     return oslo_messaging.expected_exceptions(exception.BerthError)(wrapper)
 
@@ -321,4 +332,5 @@ class SchedulerManager:
         """Liveness and identity of the worker that answered."""
         return {"host": self.conf.host, "pid": os.getpid(), "worker": self.worker,
                 "backend": self.backend, "version": RPC_API_VERSION,
+                "release": metrics.release(),
                 "uptime_s": round(time.monotonic() - self._started, 3)}
