@@ -39,7 +39,6 @@ LIST_OPTS = [("scheduler", slow_request_opts)]
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                    1.0, 2.5, 5.0, 10.0)
 ROWS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 500, 1000, 5000, 10000)
-PHASES = ("refresh", "filter", "weigh", "claim")
 
 # -- requests --------------------------------------------------------------------------
 REQUESTS = Counter("berth_requests", "RPC requests handled, by method and result "
@@ -159,7 +158,8 @@ class SelectTimings:
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
-        self.phases = dict.fromkeys(PHASES, 0.0)
+        #: phase -> seconds, for the phases the request reached.
+        self.phases: dict[str, float] = {}
         #: filter -> hosts it removed, summed over the request's instances.
         self.removed: dict[str, int] = {}
         self.hosts = 0
@@ -168,7 +168,7 @@ class SelectTimings:
     def phase(self, name: str, since: float) -> float:
         """Add ``now - since`` to phase ``name``; returns now."""
         now = time.perf_counter()
-        self.phases[name] += now - since
+        self.phases[name] = self.phases.get(name, 0.0) + now - since
         return now
 
     def add_removed(self, removed: Mapping[str, int]) -> None:

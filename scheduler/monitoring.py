@@ -235,8 +235,12 @@ class WorkerReporter:
         if self.stopping:
             return
         hm = self.service.host_manager
-        if hm is not None and hm.loaded:
+        if hm is not None and hm.loaded and checks["database"] == "ok":
             from scheduler import metrics
+
+            # Catch up with other workers' and schedulers' claims (one probe
+            # query; shared with a request refreshing at the same time).
+            hm.refresh()
             from scheduler.filters import compute  # noqa: F401  (service_down_time)
 
             cutoff = seconds(utcnow() - datetime.timedelta(
