@@ -124,6 +124,8 @@ def broker_addresses(conf: cfg.ConfigOpts) -> list[tuple[str, int]]:
     in-process transports)."""
     import oslo_messaging
 
+    from scheduler import rpc  # noqa: F401  (registers transport_url)
+
     parsed = oslo_messaging.TransportURL.parse(conf, conf.transport_url)
     if parsed.transport not in ("rabbit", "kombu", "amqp"):
         return []
@@ -155,7 +157,7 @@ def check_database(db, head: str | None) -> str:
                 .scalar()
     except Exception as e:
         text = str(getattr(e, "orig", None) or e).splitlines()[0]
-        return f"unreachable ({text[:200]})"
+        return f"failed ({text[:200]})"
     if head is not None and current != head:
         return f"schema at {current or 'none'}, this release needs {head}"
     return "ok"
@@ -371,8 +373,12 @@ class MonitoringServer:
         return daemon_status(self.path, self.workers, self.conf.metrics.status_interval)
 
     def metrics_text(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-        from prometheus_client import multiprocess
+        from prometheus_client import (
+            CONTENT_TYPE_LATEST,
+            CollectorRegistry,
+            generate_latest,
+            multiprocess,
+        )
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=self.path)
