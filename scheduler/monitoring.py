@@ -200,6 +200,10 @@ class WorkerReporter:
         self.report(dict(self._last_checks, rpc="stopping"))
 
     def remove(self) -> None:
+        """The worker is done: write what is pending, drop the status file."""
+        from scheduler import metrics
+
+        metrics.flush()
         try:
             os.unlink(_status_file(self.path, self.worker))
         except FileNotFoundError:
@@ -233,13 +237,14 @@ class WorkerReporter:
         }
 
     def check_once(self) -> None:
+        from scheduler import metrics
+
+        metrics.flush()
         checks = self.checks()
         if self.stopping:
             return
         hm = self.service.host_manager
         if hm is not None and hm.loaded and checks["database"] == "ok":
-            from scheduler import metrics
-
             # Catch up with other workers' and schedulers' claims (one probe
             # query; shared with a request refreshing at the same time).
             hm.refresh()

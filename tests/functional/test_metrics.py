@@ -136,7 +136,14 @@ def test_metrics_of_two_workers_after_a_burst(two_workers):
         t.join(120)
     assert sorted(outcomes) == sorted(["placed"] * 28 + ["no_valid_host"] * 3
                                       + ["invalid_request"] * 2)
-    after = scrape(port)
+
+    # Per-filter sums reach the files at each worker's next status report.
+    def flushed():
+        now = scrape(port)
+        removed = value(now, "berth_filter_hosts_removed_total") \
+            - value(before, "berth_filter_hosts_removed_total")
+        return now if removed >= 3 * HOSTS else None
+    after = wait_for(flushed, what="the per-filter counts")
 
     def delta(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
