@@ -227,10 +227,11 @@ class WorkerReporter:
         if self._broker is None:
             self._broker = broker_addresses(self.conf)
         hm = service.host_manager
+        loaded = hm.loaded if hm is not None else service.server is not None
         return {
             "rpc": "stopping" if self.stopping else
                    ("ok" if service.server is not None else "starting"),
-            "cache": "ok" if hm is None or hm.loaded else "not loaded",
+            "cache": "ok" if loaded else "not loaded",
             "database": check_database(service.db, self._head) if service.db is not None
             else "not connected",
             "broker": check_broker(self._broker),
@@ -244,10 +245,12 @@ class WorkerReporter:
         if self.stopping:
             return
         hm = self.service.host_manager
-        if hm is not None and hm.loaded and checks["database"] == "ok":
+        if hm is not None and checks["database"] == "ok" and self.service.server is not None:
             # Catch up with other workers' and schedulers' claims (one probe
-            # query; shared with a request refreshing at the same time).
+            # query; shared with a request refreshing at the same time), or
+            # load the cache if start-up could not read the database.
             hm.refresh()
+            checks["cache"] = "ok" if hm.loaded else "not loaded"
             from scheduler.filters import compute  # noqa: F401  (service_down_time)
 
             cutoff = seconds(utcnow() - datetime.timedelta(

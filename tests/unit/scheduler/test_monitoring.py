@@ -24,9 +24,14 @@ def conf():
 
 
 @pytest.fixture
-def clean_env(monkeypatch):
-    """``prepare`` names its directory in the environment: restore it after."""
-    monkeypatch.delenv(monitoring.MULTIPROC_ENV, raising=False)
+def clean_env():
+    """``prepare`` names its directory in the environment: restore it after
+    (prometheus_client, and every process a later test starts, would read it)."""
+    saved = os.environ.pop(monitoring.MULTIPROC_ENV, None)
+    yield
+    os.environ.pop(monitoring.MULTIPROC_ENV, None)
+    if saved is not None:
+        os.environ[monitoring.MULTIPROC_ENV] = saved
 
 
 def test_prepare_is_off_unless_enabled(conf, clean_env):
@@ -160,3 +165,51 @@ def test_database_check(sqlite_db):
 
         conn.execute(sa.text("DROP TABLE alembic_version"))
     assert monitoring.check_database(sqlite_db, head).startswith("failed (")
+
+
+def test_worker_reporter_loads_the_cache_and_reports(conf, sqlite_db, tmp_path):
+    """A worker whose start-up could not read the database: the reporter loads
+    the cache once the database answers, then reports ready with its hosts and
+    publishes the fleet gauges; stopping reports not ready at once."""
+    import types
+
+    from prometheus_client import REGISTRY
+
+    from db import hosts as db_hosts
+    from scheduler import fleet as fleet_mod
+    from scheduler.host_manager import HostManager
+
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet({"hosts": [
+        {"host": "r1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10,
+         "cpu_allocation_ratio": 1.0},
+        {"host": "r2", "vcpus": 4, "memory_mb": 4096, "local_gb": 10, "disabled": True}]}))
+    conf.set_override("transport_url", "kombu+memory:////")
+    service = types.SimpleNamespace(host_manager=HostManager(sqlite_db, conf), db=sqlite_db,
+                                    server=None, backend="threading")
+    reporter = monitoring.WorkerReporter(conf, str(tmp_path), 3, service)
+    try:
+        reporter.report(reporter.checks())
+        status = json.loads((tmp_path / "worker-3.json").read_text())
+        assert status["ready"] is False
+        assert status["checks"] == {"rpc": "starting", "cache": "not loaded",
+                                    "database": "ok", "broker": "ok"}
+        service.server = object()                 # now serving
+        reporter.check_once()
+        status = json.loads((tmp_path / "worker-3.json").read_text())
+        assert status["ready"] is True and status["hosts"] == 2
+        assert status["worker"] == 3 and status["pid"] == os.getpid()
+        assert REGISTRY.get_sample_value("berth_worker_ready", {"worker": "3"}) == 1
+        assert REGISTRY.get_sample_value("berth_hosts", {"availability_zone": "nova",
+                                                         "state": "disabled"}) == 1
+        assert REGISTRY.get_sample_value("berth_capacity", {"availability_zone": "nova",
+                                                            "resource": "vcpus"}) == 4
+        reporter.stopping = True
+        reporter.stop()
+        status = json.loads((tmp_path / "worker-3.json").read_text())
+        assert status["ready"] is False and status["checks"]["rpc"] == "stopping"
+        assert REGISTRY.get_sample_value("berth_worker_ready", {"worker": "3"}) == 0
+        reporter.remove()
+        assert not (tmp_path / "worker-3.json").exists()
+    finally:
+        conf.clear_override("transport_url")
+        service.host_manager.close()
