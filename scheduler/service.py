@@ -14,6 +14,10 @@ pools, broker sockets) is ever shared by accident. The supervisor forwards
 SIGTERM and SIGHUP, restarts a worker that dies, and exits 0 once every worker
 has drained.
 
+With ``[metrics] enabled`` the supervisor (or the only worker) serves
+/metrics, /healthz and /readyz, and every worker reports its readiness to it
+through files in a per-daemon directory (``scheduler.monitoring``).
+
 Signals in a worker: SIGTERM/SIGINT stop taking messages, finish the requests
 in flight (at most ``graceful_shutdown_timeout`` seconds), exit 0 (1 if the
 drain timed out); SIGHUP re-reads the config files and applies the mutable

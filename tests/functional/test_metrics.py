@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -245,6 +246,30 @@ def test_claim_conflict_is_counted(two_workers):
     assert value(after, "berth_cache_nodes_reloaded_total") \
         - value(before, "berth_cache_nodes_reloaded_total") == 1
     daemon.assert_consistent()
+
+
+def test_a_dead_worker_is_replaced_and_its_gauges_dropped(two_workers):
+    """SIGKILL one worker: the supervisor starts another; one scrape then shows
+    the two live workers' gauges only, and the dead one's counters are kept."""
+    daemon, port, _ = two_workers
+    wait_for(lambda: _get(port, "/readyz")[0] == 200, what="/readyz 200")
+    before = scrape(port)
+    report = json.loads(_get(port, "/readyz")[1])
+    victim = report["workers"][0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+
+    def replaced():
+        code, body = _get(port, "/readyz")
+        workers = json.loads(body)["workers"]
+        return code == 200 and workers[0]["pid"] != victim
+    wait_for(replaced, timeout=60, what="worker 0 replaced:\n" + daemon.log_tail())
+    after = scrape(port)
+    pids = {lab["pid"] for lab in series(after, "berth_cache_hosts")}
+    assert str(victim) not in pids and len(pids) == 2
+    assert {lab["pid"] for lab in series(after, "berth_worker_ready")} == pids
+    assert value(after, "berth_requests_total") >= value(before, "berth_requests_total")
+    assert value(after, "berth_cache_refreshes_total", kind="full") \
+        == value(before, "berth_cache_refreshes_total", kind="full") + 1
 
 
 def test_readyz_follows_the_database(tmp_path):

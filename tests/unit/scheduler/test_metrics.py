@@ -302,3 +302,6 @@ def test_fleet_totals_match_a_per_host_count():
     metrics.set_fleet(metrics.fleet_totals(HostColumns(hosts), cutoff))
     assert sample("berth_hosts", availability_zone="az2", state="up") == 0
     assert sample("berth_capacity", availability_zone="az3", resource="vcpus") == 0
+
+    empty = metrics.fleet_totals(HostColumns([]), cutoff)
+    assert empty == {"hosts": {}, "capacity": {}, "usage": {}}
