@@ -148,16 +148,21 @@ def check_broker(addresses: list[tuple[str, int]], timeout: float = 2.0) -> str:
 
 
 def check_database(db, head: str | None) -> str:
-    """"ok" when the database answers and holds the schema this release needs."""
+    """"ok" when the database answers and holds the schema this release needs;
+    else "unreachable (...)" (no connection) or "failed (...)" (it answered
+    with an error, e.g. the database or its tables are gone)."""
     import sqlalchemy as sa
+    from oslo_db import exception as db_exc
 
     try:
         with db.engine.connect() as conn:
             current = conn.execute(sa.text("SELECT version_num FROM alembic_version")) \
                 .scalar()
     except Exception as e:
-        text = str(getattr(e, "orig", None) or e).splitlines()[0]
-        return f"failed ({text[:200]})"
+        inner = getattr(e, "inner_exception", None) or getattr(e, "orig", None) or e
+        text = (str(getattr(inner, "orig", None) or inner).splitlines() or [repr(e)])[0]
+        what = "unreachable" if isinstance(e, db_exc.DBConnectionError) else "failed"
+        return f"{what} ({text[:200]})"
     if head is not None and current != head:
         return f"schema at {current or 'none'}, this release needs {head}"
     return "ok"

@@ -75,6 +75,72 @@ def wait_for(predicate, timeout: float = 30, what: str = "condition"):
         time.sleep(0.2)
 
 
+class TcpProxy:
+    """Forwards a loopback port to MariaDB, so a test can make the database
+    unreachable for one daemon (``stop``) and reachable again (``start``)
+    without touching the shared server."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.port = _free_port()
+        self._listener: socket.socket | None = None
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(32)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        """Refuse new connections and cut the open ones."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            sockets, self._open = self._open, []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return                      # stopped
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
 def _monitored(tmp_path, workers: int, **kw) -> tuple[Daemon, int]:
     port = _free_port()
     d = Daemon(tmp_path, workers=workers, extra=f"""[metrics]
@@ -272,10 +338,23 @@ def test_a_dead_worker_is_replaced_and_its_gauges_dropped(two_workers):
         == value(before, "berth_cache_refreshes_total", kind="full") + 1
 
 
+def _database_check(port: int) -> tuple[int, dict]:
+    code, body = _get(port, "/readyz")
+    return code, json.loads(body)["workers"][0]
+
+
 def test_readyz_follows_the_database(tmp_path):
-    """One worker serves its own port; dropping its database makes it not ready
-    (still alive), and a migrated database makes it ready again."""
+    """One worker serves its own port, reaching MariaDB through a proxy. When
+    the database server is unreachable, or answers without the database, the
+    worker is not ready (still alive); when it is back, ready again."""
+    proxy = TcpProxy(("127.0.0.1", 3306))
+    proxy.start()
     daemon, port = _monitored(tmp_path, workers=1, backend="threading")
+    daemon.config.write_text(daemon.config.read_text().replace(
+        "connection = " + services.MYSQL_URL,
+        "connection = " + services.MYSQL_URL.replace("127.0.0.1:3306",
+                                                     f"127.0.0.1:{proxy.port}")))
+    assert f":{proxy.port}/" in daemon.config.read_text()
     try:
         daemon.start()
         status = wait_for(lambda: _get(port, "/readyz")[0] == 200,
@@ -290,20 +369,30 @@ def test_readyz_follows_the_database(tmp_path):
         assert _get(port, "/healthz")[0] == 200
         assert _get(port, "/nope")[0] == 404
 
-        services.drop_mariadb_database(daemon.db_name)
-        code, body = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(
-            _get(port, "/readyz")), what="/readyz 503 after the drop")
-        worker = json.loads(body)["workers"][0]
-        assert worker["ready"] is False and worker["checks"]["database"] != "ok"
-        assert worker["checks"]["broker"] == "ok"
+        proxy.stop()                                     # the server is unreachable
+        code, worker = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(
+            _database_check(port)), what="/readyz 503 with the database unreachable")
+        assert worker["checks"]["database"].startswith("unreachable ("), worker
+        assert worker["checks"]["broker"] == "ok" and worker["ready"] is False
         assert _get(port, "/healthz")[0] == 200          # alive, just not ready
-        ready = {lab.get("worker"): v for n, lab, v in scrape(port)
-                 if n == "berth_worker_ready"}
-        assert ready == {"0": 0.0}
         out = _status_cli(daemon)
         assert out.returncode == 2, out.stdout + out.stderr
         assert "NOT READY (0/1 workers ready)" in out.stdout
-        assert "database: " in out.stdout
+        assert "database: unreachable" in out.stdout
+        proxy.start()
+        wait_for(lambda: _get(port, "/readyz")[0] == 200, what="/readyz 200 again")
+        api = daemon.api()
+        assert api.select_destinations(None, SMALL)[0][0]["host"].startswith("fc")
+
+        services.drop_mariadb_database(daemon.db_name)   # answers, database gone
+        code, body = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(
+            _get(port, "/readyz")), what="/readyz 503 after the drop")
+        worker = json.loads(body)["workers"][0]
+        assert worker["ready"] is False
+        assert worker["checks"]["database"].startswith("failed ("), worker
+        ready = {lab.get("worker"): v for n, lab, v in scrape(port)
+                 if n == "berth_worker_ready"}
+        assert ready == {"0": 0.0}
 
         # The database comes back (migrated): ready again.
         eng = sa.create_engine(services.MYSQL_URL + "/")
@@ -323,3 +412,4 @@ def test_readyz_follows_the_database(tmp_path):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
     finally:
         daemon.close()
+        proxy.stop()
