@@ -18,13 +18,18 @@ merges the files of every worker into one scrape.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Mapping
+from importlib import metadata
 
+import numpy as np
 from oslo_config import cfg
 from oslo_log import log as logging
 from prometheus_client import Counter, Gauge, Histogram
+
+from db import api as db_api
 
 LOG = logging.getLogger(__name__)
 
@@ -278,8 +283,6 @@ def fleet_totals(cols, down_before: float) -> dict:
     enabled hosts, from the host columns (``down_before``: the oldest heartbeat,
     in epoch seconds, that still counts as up). One pass over the hosts for
     their zones; the sums are numpy."""
-    import numpy as np
-
     n = cols.n
     zones: dict[str, int] = {}
     codes = np.fromiter((zones.setdefault(h.availability_zone or "", len(zones))
@@ -328,27 +331,13 @@ def set_build_info(version: str, api_version: str) -> None:
     _child(BUILD_INFO, version, api_version).set(1)
 
 
-def _listen_to_db_retries() -> None:
-    from db import api
-
-    if count_db_error_retried not in api.retry_listeners:
-        api.retry_listeners.append(count_db_error_retried)
-
-
-_listen_to_db_retries()
-
-
+@functools.cache
 def release() -> str:
     """Berth's release (the installed package's version)."""
-    global _release
-    if _release is None:
-        from importlib import metadata
-
-        try:
-            _release = metadata.version("berth")
-        except metadata.PackageNotFoundError:
-            _release = "unknown"
-    return _release
+    try:
+        return metadata.version("berth")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
-_release: str | None = None
+db_api.retry_listeners.append(count_db_error_retried)

@@ -208,6 +208,8 @@ class WorkerReporter:
         """The worker is done: write what is pending, drop the status file."""
         from scheduler import metrics
 
+        if self._thread is not None:
+            self._thread.join(10)       # no report may follow the removal
         metrics.flush()
         try:
             os.unlink(_status_file(self.path, self.worker))
@@ -267,6 +269,8 @@ class WorkerReporter:
         from scheduler import metrics
         from scheduler.manager import RPC_API_VERSION
 
+        if self.stopping:           # a check that began before stop() ends as stopping
+            checks = dict(checks, rpc="stopping")
         self._last_checks = checks
         ready = all(v == "ok" for v in checks.values())
         metrics.set_worker_ready(self.worker, ready)
