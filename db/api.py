@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -74,9 +75,26 @@ def close_quietly(conn: Connection) -> None:
         pass
 
 
-retry_on_deadlock = oslo_db_api.wrap_db_retry(
+_retry = oslo_db_api.wrap_db_retry(
     max_retries=5, retry_on_deadlock=True, retry_on_disconnect=True,
     retry_interval=0.05, max_retry_interval=1, inc_retry_interval=True)
+
+#: Called with the operation's name whenever a retried operation meets a
+#: deadlock or a lost connection (the scheduler counts them in its metrics).
+retry_listeners: list = []
+
+
+def retry_on_deadlock(fn):
+    """Run ``fn`` (a whole transaction) again on deadlocks and lost connections."""
+    @functools.wraps(fn)
+    def attempt(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (db_exc.DBDeadlock, db_exc.DBConnectionError):
+            for listener in retry_listeners:
+                listener(fn.__name__)
+            raise
+    return _retry(attempt)
 
 
 class _Ctx:

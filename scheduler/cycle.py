@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -287,6 +288,9 @@ class Cycle:
         self._verdicts: dict[int, Any] = {}
         self._index = -1
         self._own_copy = False
+        #: Seconds spent in each filter / weigher by this request (for metrics).
+        self.filter_seconds: dict[str, float] = {}
+        self.weigher_seconds: dict[str, float] = {}
 
     # -- per instance -----------------------------------------------------------
     def start_instance(self, request: RequestContext, again: bool = False) -> None:
@@ -341,7 +345,8 @@ class Cycle:
         alive: np.ndarray | None = None
         asked = []
         left = n
-        for step in self._run_order:
+        seconds = self.filter_seconds
+        for step in _timed(self._run_order, seconds):
             v = self.verdicts(step, request)
             if v is SKIP:
                 continue
@@ -361,8 +366,11 @@ class Cycle:
         for v in asked:
             if left == 0:
                 break
+            started = perf_counter()
             ensure_answers(v, self.cols, rows)
             rows = rows[v.codes[rows] == PASS]
+            name = v.step.name
+            seconds[name] = seconds.get(name, 0.0) + perf_counter() - started
             removed[v.step.name] = left - len(rows)
             left = len(rows)
         return rows, removed
@@ -420,7 +428,7 @@ class Cycle:
         n = len(rows)
         totals = np.zeros(n, dtype=np.float64)
         if n > 1:
-            for w in self.weighers:
+            for w in _timed(self.weighers, self.weigher_seconds):
                 multiplier = weigh_multiplier(w, cols, rows)
                 if np.isscalar(multiplier) and multiplier == 0.0:
                     continue        # adds 0 × weight to every host
@@ -451,6 +459,15 @@ class Cycle:
             return LazyWeighed(head, totals, rows, hosts, set(order.tolist()))
         order = np.argsort(-totals, kind="stable")
         return [(float(totals[k]), hosts[rows[k]]) for k in order.tolist()]
+
+
+def _timed(plugins, seconds: dict[str, float]):
+    """Iterate over ``plugins`` (filters' steps or weighers), adding the time the
+    caller spends on each to ``seconds[name]`` (one perf_counter pair each)."""
+    for plugin in plugins:
+        started = perf_counter()
+        yield plugin
+        seconds[plugin.name] = seconds.get(plugin.name, 0.0) + perf_counter() - started
 
 
 def weigh_multiplier(w: BaseWeigher, cols: HostColumns, rows: np.ndarray):

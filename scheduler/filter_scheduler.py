@@ -28,7 +28,7 @@ from oslo_log import log as logging
 from db import claims
 from db.models import utcnow
 from scheduler import cycle as cycles
-from scheduler import exception
+from scheduler import exception, metrics
 from scheduler.explanation import Explanation
 from scheduler.filters import FILTER_NAMESPACE
 from scheduler.host_manager import HostManager
@@ -118,6 +118,7 @@ class _Request:
     cycle: cycles.Cycle
     dry_run: bool
     group: str | None
+    timings: metrics.SelectTimings
     #: Members placed by this request that the cache does not count (dry runs).
     local_group: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
@@ -193,19 +194,22 @@ class FilterScheduler:
         Returns one list per instance: the chosen host first, then up to
         ``max_attempts - 1`` alternates when ``return_alternates``.
         """
-        t0 = time.monotonic()
+        timings = metrics.SelectTimings()
         uuids = self._instance_uuids(spec, instance_uuids)
         if not dry_run and (instance_uuids or spec.instance_uuids):
             earlier = self._earlier_placements(spec, uuids)
             if earlier is not None:
                 return earlier
         self.host_manager.refresh()
+        timings.phase("refresh", timings.started)
         keep = max(self.conf.filter_scheduler.host_subset_size,
                    self.conf.scheduler.max_attempts) + 8
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
-        req = _Request(spec=spec, dry_run=dry_run, group=group,
+        req = _Request(spec=spec, dry_run=dry_run, group=group, timings=timings,
                        cycle=cycles.Cycle(self.steps, self.weighers,
                                           self.host_manager.columns, keep))
+        timings.hosts = req.cycle.cols.n
+        outcome = "error"
         results: list[list[Selection]] = []
         claimed: list[str] = []
         try:
@@ -222,15 +226,23 @@ class FilterScheduler:
                     self.host_manager.note_placed(chosen, instance_uuid, group)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
+            outcome = "placed"
         except exception.NoValidHost as e:
+            outcome = "no valid host"
             LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
                      e.reason)
             self._undo(claimed)
             raise
-        except Exception:
+        except Exception as e:
+            outcome = f"failed ({type(e).__name__})"
             self._undo(claimed)
             raise
-        LOG.debug("select_destinations took %.2f ms", (time.monotonic() - t0) * 1000)
+        finally:
+            timings.placed = len(results) if outcome == "placed" else 0
+            elapsed = timings.record(req.cycle.filter_seconds, req.cycle.weigher_seconds,
+                                     dry_run, outcome, self.conf.scheduler.slow_request_ms,
+                                     spec.num_instances)
+        LOG.debug("select_destinations took %.2f ms", elapsed * 1000)
         return results
 
     def release(self, instance_uuid: str) -> bool:
@@ -326,16 +338,24 @@ class FilterScheduler:
         for attempt in range(self.conf.scheduler.claim_retries + 1):
             request = self._context(req, index)
             if attempt:
+                metrics.count_claim_retry("group_changed")
                 req.cycle.start_instance(request, again=True)
+            timings = req.timings
+            started = time.perf_counter()
             rows, removed = req.cycle.candidates(request)
+            started = timings.phase("filter", started)
+            timings.add_removed(removed)
             if not len(rows):
                 raise self._no_valid_host(req, request)
             weighed = req.cycle.weigh(request, rows)
+            started = timings.phase("weigh", started)
             try:
                 weight, chosen, consumed, alternates = self._place(
                     req, weighed, request, instance_uuid)
             except _GroupChanged:
                 continue
+            finally:
+                timings.phase("claim", started)
             LOG.info("Placed %s on %s: %d/%d hosts passed filters (%s)%s",
                      instance_uuid, chosen.host, len(rows), req.cycle.cols.n,
                      ", ".join(f"{name} -{n}" for name, n in removed.items() if n)
@@ -424,6 +444,8 @@ class FilterScheduler:
             return consumed
         persist = self._persister(req.spec, instance_uuid)
         for attempt in range(self.conf.scheduler.claim_retries + 1):
+            if attempt:
+                metrics.count_claim_retry("conflict")
             try:
                 with host.lock():
                     consumed, reason = self._checked_consume(req, host, index)
@@ -438,6 +460,7 @@ class FilterScheduler:
                     field="instance_uuids",
                     reason=f"already allocated: {instance_uuid}") from None
             except claims.GroupPolicyConflict as e:
+                metrics.count_claim_conflict("group_policy")
                 LOG.info("Claim on %s refused by its server group (%s); reading the "
                          "group's hosts again", host.host, e)
                 self.host_manager.refresh_nodes(claims.group_member_nodes(self.db, req.group))
@@ -447,13 +470,16 @@ class FilterScheduler:
                 seen = host.generation
                 self.host_manager.refresh_nodes([host.node_id])
                 if self.host_manager.get(host.node_id) is not host:
+                    metrics.count_claim_conflict("generation")
                     break       # the node was deleted meanwhile
                 if host.generation == seen:
                     # Nobody else changed the node: the database refused this
                     # claim on its own terms (e.g. a PF and one of its VFs in one
                     # boot). Trying again would fail the same way.
+                    metrics.count_claim_conflict("refused")
                     refused[f"claim refused: {e}"] += 1
                     return None
+                metrics.count_claim_conflict("generation")
         refused["claim conflicts with another scheduler"] += 1
         return None
 

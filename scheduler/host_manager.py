@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection
 from db import host_states as queries
 from db.api import Database, close_quietly
 from db.models import utcnow
+from scheduler import metrics
 from scheduler.host_classes import HostClasses
 from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, Consumed, HostState
@@ -173,6 +174,7 @@ class HostManager:
                 return      # another caller refreshed while we waited
             if not self.loaded:
                 self._full_load()
+                metrics.count_refresh("full")
             else:
                 self._with_retry(self._refresh_changed)
             self._refresh_gen += 1
@@ -247,6 +249,7 @@ class HostManager:
         except (db_exc.DBConnectionError, sa_exc.DisconnectionError,
                 sa_exc.OperationalError):
             LOG.warning("Host-state refresh lost its database connection; reconnecting")
+            metrics.count_db_error_retried("cache_refresh")
             fn()
 
     # -- instance / group index, kept in step with consume and release ----
@@ -307,6 +310,7 @@ class HostManager:
             self._last_sweep = now
         with self._probe() as conn:
             changed, agg_version = queries.changes_since(conn, since)
+        metrics.count_refresh("changes", len(changed))
         newest = self._since
         stale, gone = [], []
         for node_id, generation, deleted, updated_at in changed:
@@ -346,6 +350,7 @@ class HostManager:
         if not todo:
             return
         ids = [row["id"] for _, row in todo]
+        metrics.count_nodes_reloaded(len(ids))
         by_node = queries.instances_by_node(conn, ids)
         pools = None
         if self.load_pci_pools:
@@ -487,6 +492,7 @@ class HostManager:
             self._ordered = ordered
             self._by_host = by_host
             self.columns = cols
+        metrics.set_cache_hosts(len(ordered))
 
     @staticmethod
     def _newest(rows, fallback: datetime.datetime) -> datetime.datetime:

@@ -28,7 +28,7 @@ from db import aggregates, hosts, models
 from db import pci as db_pci
 from pci.device import validate_device
 from pci.errors import PciError
-from scheduler import exception, fleet
+from scheduler import exception, fleet, metrics
 from scheduler.request_spec import RequestSpec
 from scheduler.rpc import ALLOWED_REMOTE_EXMODS, check_json
 
@@ -103,19 +103,31 @@ _OUTAGE = _Outage()
 def _expected(method: Callable) -> Callable:
     """Berth's errors are answers, not server faults: oslo.messaging logs them at
     DEBUG and sends them to the caller, who gets the same exception type. A
-    database that does not answer is one of them (``ServiceUnavailable``)."""
+    database that does not answer is one of them (``ServiceUnavailable``).
+    Every call is counted by result and timed (``scheduler.metrics``)."""
+    name = method.__name__
+
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        error = None
         try:
             result = method(*args, **kwargs)
         except exception.BerthError as e:
+            error = e
             raise _wire_error(e) from None
         except (db_exc.DBError, sa.exc.SQLAlchemyError) as e:
             if not _unreachable(e):
+                error = e
                 raise
             _OUTAGE.failed(e)
-            raise exception.ServiceUnavailable(reason="the database does not answer") \
-                from None
+            error = exception.ServiceUnavailable(reason="the database does not answer")
+            raise error from None
+        except Exception as e:
+            error = e
+            raise
+        finally:
+            metrics.count_request(name, error, time.perf_counter() - started)
         _OUTAGE.answered()
         return result
 
@@ -378,4 +390,5 @@ class SchedulerManager:
         """Liveness and identity of the worker that answered."""
         return {"host": self.conf.host, "pid": os.getpid(), "worker": self.worker,
                 "backend": self.backend, "version": RPC_API_VERSION,
+                "release": metrics.release(),
                 "uptime_s": round(time.monotonic() - self._started, 3)}

@@ -14,6 +14,10 @@ pools, broker sockets) is ever shared by accident. The supervisor forwards
 SIGTERM and SIGHUP, restarts a worker that dies, and exits 0 once every worker
 has drained.
 
+With ``[metrics] enabled`` the supervisor (or the only worker) serves
+/metrics, /healthz and /readyz, and every worker reports its readiness to it
+through files in a per-daemon directory (``scheduler.monitoring``).
+
 Signals in a worker: SIGTERM/SIGINT stop taking messages, finish the requests
 in flight (at most ``graceful_shutdown_timeout`` seconds), exit 0 (1 if the
 drain timed out); SIGHUP re-reads the config files and applies the mutable
@@ -32,7 +36,7 @@ import time
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from scheduler import rpc
+from scheduler import monitoring, rpc
 from scheduler.exception import BerthError
 
 LOG = logging.getLogger(__name__)
@@ -131,6 +135,15 @@ class SchedulerService:
         self._db = db
         self.server = None
         self.manager = None
+
+    @property
+    def host_manager(self):
+        """The HostManager of the scheduler this service built (None if given one)."""
+        return self._host_manager
+
+    @property
+    def db(self):
+        return self._db
 
     def start(self) -> None:
         from db.api import Database
@@ -245,6 +258,13 @@ def run_worker(conf: cfg.ConfigOpts = cfg.CONF, worker: int = 0,
     signals = _Signals()
     signals.install()
     service = SchedulerService(conf, worker=worker)
+    path = os.environ.get(monitoring.MULTIPROC_ENV) if conf.metrics.enabled else None
+    reporter = server = None
+    if path:
+        reporter = monitoring.WorkerReporter(conf, path, worker, service)
+        reporter.start()
+        if supervisor_pid is None:      # the only worker serves the monitoring port
+            server = monitoring.start_server(conf, path, workers=1)
     service.start()
     while not signals.stop:
         time.sleep(0.1)
@@ -254,7 +274,14 @@ def run_worker(conf: cfg.ConfigOpts = cfg.CONF, worker: int = 0,
         if supervisor_pid is not None and os.getppid() != supervisor_pid:
             LOG.error("Supervisor %d is gone; worker %d shutting down", supervisor_pid, worker)
             break
-    return 0 if service.stop(conf.scheduler.graceful_shutdown_timeout) else 1
+    if reporter is not None:
+        reporter.stop()                 # not ready while draining
+    drained = service.stop(conf.scheduler.graceful_shutdown_timeout)
+    if reporter is not None:
+        reporter.remove()
+    if server is not None:
+        server.stop()
+    return 0 if drained else 1
 
 
 # -- several workers ----------------------------------------------------------------
@@ -266,11 +293,13 @@ class Supervisor:
     MAX_QUICK_DEATHS = 3   # a worker dying this often within QUICK seconds of start
     QUICK = 5.0
 
-    def __init__(self, conf: cfg.ConfigOpts, argv: list[str]) -> None:
+    def __init__(self, conf: cfg.ConfigOpts, argv: list[str],
+                 metrics_dir: str | None = None) -> None:
         self.conf = conf
         self.argv = argv
         self.children: dict[int, tuple[subprocess.Popen, float]] = {}
         self.quick_deaths = 0
+        self.metrics_dir = metrics_dir
 
     def _spawn(self, index: int) -> None:
         env = dict(os.environ, **{WORKER_ENV: str(index),
@@ -288,6 +317,15 @@ class Supervisor:
     def run(self) -> int:
         signals = _Signals()
         signals.install()
+        server = monitoring.start_server(self.conf, self.metrics_dir,
+                                         self.conf.scheduler.workers)
+        try:
+            return self._run(signals)
+        finally:
+            if server is not None:
+                server.stop()
+
+    def _run(self, signals: _Signals) -> int:
         for i in range(self.conf.scheduler.workers):
             self._spawn(i)
         status = 0
@@ -304,6 +342,7 @@ class Supervisor:
                 if code is None:
                     continue
                 del self.children[index]
+                monitoring.worker_gone(self.metrics_dir, index, proc.pid)
                 quick = time.monotonic() - started < self.QUICK
                 self.quick_deaths = self.quick_deaths + 1 if quick else 0
                 if self.quick_deaths >= self.MAX_QUICK_DEATHS:
@@ -371,11 +410,14 @@ def main(argv: list[str], early_backend: str) -> int:
     if early_backend == "eventlet":
         LOG.info("Using the eventlet backend (upstream oslo.messaging deprecates it; "
                  "concurrency_backend = threading is the supported alternative)")
+    metrics_dir = monitoring.prepare(conf)
     try:
         prepare_database(conf)
         if conf.scheduler.workers == 1:
             return run_worker(conf)
-        return Supervisor(conf, argv).run()
+        return Supervisor(conf, argv, metrics_dir).run()
     except BerthError as e:  # a configuration the scheduler cannot run with
         LOG.error("berth-scheduler cannot start: %s", e)
         return 2
+    finally:
+        monitoring.cleanup(metrics_dir, conf)

@@ -267,6 +267,106 @@ def cmd_ping(api, args) -> int:
     return EXIT_OK
 
 
+def _duration(seconds: Any) -> str | None:
+    if not _is_number(seconds):
+        return None
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def format_status(status: dict, where: str) -> str:
+    """The daemon's /readyz report: a summary line, then one row per worker."""
+    workers = status.get("workers") or []
+    ready = sum(1 for w in workers if w.get("ready"))
+    lines = [f"berth-scheduler at {where}: "
+             f"{'ready' if status.get('ready') else 'NOT READY'} "
+             f"({ready}/{len(workers)} workers ready)"]
+    rows = []
+    for w in workers:
+        checks = w.get("checks") or {}
+        failing = "; ".join(f"{k}: {v}" for k, v in checks.items() if v != "ok")
+        rows.append([w.get("worker"), w.get("pid"), "yes" if w.get("ready") else "no",
+                     w.get("release"), w.get("api_version"), w.get("backend"),
+                     w.get("hosts"), _duration(w.get("uptime_s")), failing or "all ok"])
+    lines.append(format_table(["WORKER", "PID", "READY", "RELEASE", "API", "BACKEND",
+                               "HOSTS", "UPTIME", "CHECKS"], rows))
+    return "\n".join(lines)
+
+
+def status_url(args) -> str | None:
+    """The monitoring port to ask: ``--url``, else ``[metrics]`` when enabled."""
+    if args.url:
+        return args.url.rstrip("/")
+    from oslo_config import cfg
+
+    from scheduler import monitoring  # noqa: F401  (registers [metrics])
+
+    m = cfg.CONF.metrics
+    if not m.enabled:
+        return None
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(m.bind_host,
+                                                                        m.bind_host)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{m.port}"
+
+
+def fetch_status(url: str, timeout: float) -> dict:
+    """GET ``url``/readyz: the JSON report (a 503 carries it too)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=timeout) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as e:
+        body = e.read()
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise CliError(f"cannot reach the monitoring port at {url} ({reason}) - is "
+                       f"berth-scheduler running with [metrics] enabled?") from None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise CliError(f"{url}/readyz did not answer JSON") from None
+
+
+def cmd_status(args) -> int:
+    """Every worker's readiness and version, from the daemon's monitoring port;
+    without one, the worker that answers ping."""
+    url = status_url(args)
+    if url is None:
+        from oslo_config import cfg
+
+        from scheduler.rpcapi import SchedulerAPI
+
+        check_broker(cfg.CONF.transport_url, args.timeout)
+        api = SchedulerAPI(cfg.CONF, timeout=args.timeout, retry=1)
+        try:
+            info = api.ping(None)
+        finally:
+            api.close()
+        if args.json:
+            _print_json(info)
+        else:
+            print("[metrics] enabled is false: no per-worker report; the worker that "
+                  "answered ping:")
+            print(format_table(["WORKER", "PID", "RELEASE", "API", "BACKEND", "UPTIME"],
+                               [[info.get("worker"), info.get("pid"), info.get("release"),
+                                 info.get("version"), info.get("backend"),
+                                 _duration(info.get("uptime_s"))]]))
+        return EXIT_OK
+    status = fetch_status(url, args.timeout)
+    if args.json:
+        _print_json(status)
+    else:
+        print(format_status(status, url))
+    return EXIT_OK if status.get("ready") else EXIT_ERROR
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -322,6 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("ping", parents=[common], help="check that a scheduler answers")
     s.set_defaults(func=cmd_ping)
+
+    s = sub.add_parser("status", parents=[common],
+                       help="each worker's readiness and version (exit 2 if not ready)")
+    s.add_argument("--url", help="the daemon's monitoring port, e.g. "
+                                 "http://127.0.0.1:9393 (default: from [metrics])")
+    s.set_defaults(func=cmd_status, no_rpc=True)
     return p
 
 
@@ -411,6 +517,8 @@ def run(argv: list[str] | None = None) -> int:
 
         from scheduler.rpcapi import SchedulerAPI
 
+        if getattr(args, "no_rpc", False):
+            return _run_with_deadline(lambda: args.func(args), args.timeout + 5)
         check_broker(cfg.CONF.transport_url, args.timeout)
         api = SchedulerAPI(cfg.CONF, timeout=args.timeout, retry=1)
         rc = _run_with_deadline(lambda: args.func(api, args), args.timeout + 5)
