@@ -30,7 +30,6 @@ import time
 import uuid as uuidlib
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
 
