@@ -3,8 +3,9 @@
 ``check(db, expectations)`` returns one line per violation (empty: valid):
 
 - usage equals the sum of allocations and stays within (total - reserved) x
-  allocation ratio, and NUMA usage equals the sum of the fitted cells
-  (``scheduler.simulate.check_invariants``);
+  allocation ratio, and NUMA usage equals the sum of the fitted cells (as
+  ``scheduler.simulate.check_invariants``, which raises instead of reporting when two
+  allocations pin one CPU; here each node is checked on its own and reported);
 - no host CPU is pinned by two allocations, pinned CPUs are dedicated CPUs of the
   cell they were fitted to, and no page size is used beyond its total;
 - hard group policies hold: an affinity group's members on one host, an
@@ -28,7 +29,9 @@ import sqlalchemy as sa
 
 from db import models
 from db.api import Database
-from scheduler import simulate
+from numa import errors as numa_errors
+from numa import usage as numa_usage
+from numa.topology import FittedTopology, HostTopology
 
 _cn = models.ComputeNode.__table__
 _alloc = models.Allocation.__table__
@@ -72,13 +75,13 @@ class Expectations:
 
 def check(db: Database, exp: Expectations | None = None) -> list[str]:
     exp = exp or Expectations()
-    problems = list(simulate.check_invariants(db))
+    problems: list[str] = []
     with db.reader_connection() as conn:
         nodes = {r["id"]: r for r in conn.execute(
-            sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology).where(_cn.c.deleted == 0)
-        ).mappings()}
+            sa.select(_cn).where(_cn.c.deleted == 0)).mappings()}
         allocs = list(conn.execute(sa.select(
-            _alloc.c.instance_uuid, _alloc.c.compute_node_id, _alloc.c.numa_cells,
+            _alloc.c.instance_uuid, _alloc.c.compute_node_id, _alloc.c.vcpus,
+            _alloc.c.memory_mb, _alloc.c.disk_mb, _alloc.c.numa_cells,
             _alloc.c.pci_devices, _alloc.c.instance_group)).mappings())
         devices = list(conn.execute(sa.select(
             _pci.c.compute_node_id, _pci.c.address, _pci.c.parent_addr, _pci.c.status,
@@ -89,11 +92,68 @@ def check(db: Database, exp: Expectations | None = None) -> list[str]:
                 .join(_agg_meta, _agg_meta.c.aggregate_id == _agg_hosts.c.aggregate_id)
                 .where(_agg_meta.c.key == "availability_zone")):
             zones[host].add(zone)
+    problems += _capacity(nodes, allocs)
     problems += _pinning(nodes, allocs)
     problems += _groups(nodes, allocs, exp.groups)
     problems += _pci_claims(nodes, allocs, devices, exp.specs)
     problems += _requests(nodes, allocs, zones, exp)
     return problems
+
+
+def _capacity(nodes, allocs) -> list[str]:
+    """Usage counters equal the sum of allocations and stay within the limits; NUMA
+    usage equals the fresh topology plus every allocation's fitted cells."""
+    out = []
+    sums = collections.defaultdict(lambda: [0, 0, 0, 0])
+    fitted = collections.defaultdict(list)
+    for a in allocs:
+        s = sums[a["compute_node_id"]]
+        s[0] += a["vcpus"]
+        s[1] += a["memory_mb"]
+        s[2] += a["disk_mb"]
+        s[3] += 1
+        if a["numa_cells"]:
+            fitted[a["compute_node_id"]].append(a["numa_cells"])
+    for node_id in set(sums) - set(nodes):
+        out.append(f"allocations on node {node_id}, which does not exist")
+    for node_id, n in nodes.items():
+        have = (n["vcpus_used"], n["memory_mb_used"], n["disk_mb_used"], n["running_vms"])
+        want = tuple(sums.get(node_id, (0, 0, 0, 0)))
+        if have != want:
+            out.append(f"{n['host']}: usage {have} != sum of allocations {want}")
+        limits = ((n["vcpus"] - n["reserved_host_cpus"]) * n["cpu_allocation_ratio"],
+                  (n["memory_mb"] - n["reserved_host_memory_mb"]) * n["ram_allocation_ratio"],
+                  (n["local_gb"] * 1024 - n["reserved_host_disk_mb"])
+                  * n["disk_allocation_ratio"])
+        for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have, limits,
+                                     strict=False):
+            if used > limit:
+                out.append(f"{n['host']}: {name} used {used} > limit {limit:g}")
+        if n["numa_topology"]:
+            problem = _numa_usage(n["numa_topology"], fitted.get(node_id, ()))
+            if problem:
+                out.append(f"{n['host']}: {problem}")
+        elif node_id in fitted:
+            out.append(f"{n['host']}: allocations with NUMA cells on a host without a "
+                       f"topology")
+    return out
+
+
+def _numa_usage(host_json: str, fitted_jsons) -> str | None:
+    stored = json.loads(host_json)
+    expected = HostTopology.from_primitive({**stored, "cells": [
+        {**c, "cpu_usage": 0, "memory_usage": 0, "pinned_cpus": [],
+         "mempages": [{**m, "used": 0} for m in c.get("mempages", [])]}
+        for c in stored["cells"]]})
+    try:
+        for text in fitted_jsons:
+            expected = numa_usage.apply_usage(
+                expected, FittedTopology.from_primitive(json.loads(text)))
+    except numa_errors.NumaError as e:
+        return f"the allocations' NUMA cells do not add up: {e}"
+    if expected != HostTopology.from_primitive(stored):
+        return "NUMA usage differs from the sum of its allocations"
+    return None
 
 
 def _pinning(nodes, allocs) -> list[str]:
@@ -105,8 +165,7 @@ def _pinning(nodes, allocs) -> list[str]:
     for node_id, rows in by_node.items():
         node = nodes.get(node_id)
         if node is None or not node["numa_topology"]:
-            out.append(f"allocation(s) with NUMA cells on node {node_id} without a topology")
-            continue
+            continue                    # reported by _capacity
         topo = json.loads(node["numa_topology"])
         cells = {c["id"]: c for c in topo["cells"]}
         owner: dict[int, str] = {}
