@@ -105,8 +105,8 @@ class Report:
                                   f"{growth:.2f}x {'PASS' if growth < 2.5 else 'MISS'}")
 
     def table(self) -> str:
-        head = ("fleet", "db", "mode", "kind", "n", "p50", "p99", "max", "mean",
-                "placed/NoValidHost", "target", "")
+        head = ("fleet", "db", "mode", "kind", "n", "p50", "p99", "max", "mean", "cpu p50",
+                "cpu mean", "placed/NoValidHost", "target", "")
         lines = []
         for r in self.rows:
             s = r.stats
@@ -118,17 +118,19 @@ class Report:
             if oc.get("error"):
                 outcome += f", {oc['error']} ERRORS"
             lines.append((f"{r.size:,}", r.backend, r.mode, r.kind, str(s["n"]),
-                          *(f"{s[k]:.2f}" if s["n"] else "—" for k in ("p50", "p99", "max",
-                                                                        "mean")),
+                          *(f"{s[k]:.2f}" if k in s else "—" for k in (
+                              "p50", "p99", "max", "mean", "cpu_p50", "cpu_mean")),
                           outcome + (f" {r.note}" if r.note else ""), r.target, r.status))
         widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
-        right = {4, 5, 6, 7, 8}
+        right = {4, 5, 6, 7, 8, 9, 10}
         out = ["  ".join((str(c).rjust(w) if i in right else str(c).ljust(w))
                          for i, (c, w) in enumerate(zip(h, widths, strict=True))).rstrip()
                for h in [head, tuple("-" * w for w in widths), *lines]]
-        out.append("times in ms; in-process cold = fresh process, warm_up() as at daemon "
-                   "start, then every call timed (parse + select + claims written; first "
-                   "call included); 'all requests' = every select, releases apart")
+        out.append("times in ms, wall clock; cpu = CPU time of the calling thread (in-process "
+                   "only; excludes the database server); in-process cold = fresh process, "
+                   "warm_up() as at daemon start, then every call timed (parse + select + "
+                   "claims written; first call included); 'all requests' = every select, "
+                   "releases apart")
         out.extend(f"note: {n}" for n in self.notes)
         out.extend(f"VIOLATION: {v}" for v in self.violations[:50])
         if len(self.violations) > 50:
@@ -194,7 +196,9 @@ def run(sizes: Sequence[int], backends: Sequence[str], trace_size: int, seed: in
                 print(f"  all requests: p50 {s.stats['p50']:.2f} p99 {s.stats['p99']:.2f} "
                       f"max {s.stats['max']:.2f} mean {s.stats['mean']:.2f} ms", flush=True)
                 report.notes.append(f"{size:,} {backend}: bulk load {load_s:.1f} s, "
-                                    f"warm_up {data['startup_s']:.2f} s (not in the times)")
+                                    f"warm_up {data['startup_s']:.2f} s (not in the times), "
+                                    f"load average {data['loadavg'][0]:.1f} -> "
+                                    f"{data['loadavg'][1]:.1f} during the replay")
                 if data["profile"]:
                     report.profiles.append({"size": size, "backend": backend,
                                             "text": data["profile"]})
