@@ -565,6 +565,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                 "(default: 10000 if measured, else the first)")
     p.add_argument("--burst-threads", type=int, default=16,
                    help="threads of the realistic group burst (0: no burst)")
+    p.add_argument("--burst-max", type=int, default=10000,
+                   help="largest fleet the burst runs on (each thread caches the fleet)")
     p.add_argument("--profile", type=int, nargs="?", const=40, default=0, metavar="N",
                    help="cProfile every realistic replay and print the top N (default 40) "
                         "functions by cumulative time")
@@ -619,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
         realistic = bench_realistic.run(
             sizes, backends, args.trace_size or (60 if quick else 300), args.seed, workdir,
             profile_top=args.profile, e2e=args.e2e, e2e_size=e2e_size,
-            burst_threads=args.burst_threads, mariadb_max=args.mariadb_max)
+            burst_threads=args.burst_threads, mariadb_max=args.mariadb_max,
+            burst_max=args.burst_max)
         realistic.notes.extend(notes)
     steady = None
     if not args.realistic_only:
