@@ -64,6 +64,28 @@ def test_trace_is_seeded_parses_and_has_every_kind():
     assert any(s["num_instances"] > 1 for s in specs)
 
 
+def test_longer_trace_covers_page_sizes_cells_and_keeps_group_rules():
+    fleet = bench_fleet.generate_fleet(400, seed=5)
+    ops = bench_trace.generate_trace(fleet, 400, seed=8)
+    specs = [op["spec"] for op in ops if op["op"] == "select"]
+    extra = [s["flavor"]["extra_specs"] for s in specs]
+    assert {"small", "large", "2MB", "1GB"} <= {e.get("hw:mem_page_size") for e in extra}
+    assert {"1", "2"} <= {e.get("hw:numa_nodes") for e in extra}
+    assert {"required", "preferred", "legacy"} <= {
+        e.get("hw:pci_numa_affinity_policy") for e in extra}
+    rules: dict[str, set] = collections.defaultdict(set)
+    for s in specs:
+        if s.get("instance_group"):
+            g = s["instance_group"]
+            rules[g["uuid"]].add((g["policy"], (g.get("rules") or {}).get(
+                "max_server_per_host")))
+    assert all(len(v) == 1 for v in rules.values())      # one policy and rule per group
+    for uuid, g in fleet.groups.items():
+        if uuid in rules:
+            assert rules[uuid] == {(g["policy"], g["max_server_per_host"])}
+    assert any(m == 2 for v in rules.values() for _, m in v)
+
+
 def test_tiny_fleet_and_trace_replay_cold_and_valid(tiny, tmp_path):
     bdb, fleet, ops = tiny
     path = str(tmp_path / "trace.jsonl")

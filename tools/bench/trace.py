@@ -9,7 +9,8 @@ is the ``select_destinations`` payload exactly as a client sends it over RPC
 fleet already had). Kinds (``KINDS``): plain flavors, image properties, pinned CPUs
 with every thread policy, the mixed policy, page sizes, two guest NUMA cells, SR-IOV
 VFs and GPUs through aliases with NUMA policies, server groups (hard and soft, on
-the fleet's existing groups and new ones), multi-create, same/different-host hints,
+the fleet's existing groups and new ones, anti-affinity sometimes with
+``max_server_per_host``), multi-create, same/different-host hints,
 force/ignore hosts, availability zones, and releases. Other kinds also get a zone
 or image properties now and then, as real requests do.
 """
@@ -68,6 +69,8 @@ class _Gen:
                          if not a["instance_group"]]
         self.groups = {policy: [u for u, g in fleet.groups.items() if g["policy"] == policy]
                        for policy in bench_fleet.GROUP_POLICIES}
+        self.max_per_host = {u: g["max_server_per_host"] for u, g in fleet.groups.items()
+                             if g["max_server_per_host"]}
         self.issued: list[str] = []           # trace instances, not yet released
         self.released: set[str] = set()
 
@@ -88,7 +91,8 @@ class _Gen:
 
     def group(self, policy: str) -> dict:
         """One of the fleet's groups of this policy (members already placed) or,
-        one time in three, a new one."""
+        one time in three, a new one; an anti-affinity group's
+        ``max_server_per_host`` rule goes with every request of that group."""
         rng = self.rng
         pool = self.groups[policy]
         if pool and rng.random() < 0.67:
@@ -96,7 +100,11 @@ class _Gen:
         else:
             uuid = _uuid(rng)
             pool.append(uuid)
+            if policy == "anti-affinity" and rng.random() < 0.3:
+                self.max_per_host[uuid] = 2
         out: dict[str, Any] = {"uuid": uuid, "policy": policy}
+        if uuid in self.max_per_host:
+            out["rules"] = {"max_server_per_host": self.max_per_host[uuid]}
         return out
 
     def spec(self, kind: str) -> dict:
@@ -120,6 +128,8 @@ class _Gen:
         elif kind == "pages":
             flavor["extra_specs"]["hw:mem_page_size"] = rng.choice(
                 ("small", "large", "2MB", "1GB", "any"))
+            if rng.random() < 0.3:
+                flavor["extra_specs"]["hw:numa_nodes"] = "1"
         elif kind == "numa2":
             flavor = self.flavor(vcpus=rng.choice((4, 8)), memory_mb=rng.choice((8192, 16384)))
             flavor["extra_specs"]["hw:numa_nodes"] = "2"
