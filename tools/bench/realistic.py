@@ -61,6 +61,8 @@ class Report:
     violations: list[str] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
     profiles: list[dict] = dataclasses.field(default_factory=list)
+    #: every timed operation of every run: {"size", "backend", "mode", "records"}
+    runs: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -68,6 +70,8 @@ class Report:
 
     def add_summary(self, size: int, backend: str, mode: str, records: list[dict],
                     per_kind: bool) -> None:
+        self.runs.append({"size": size, "backend": backend, "mode": mode,
+                          "records": records})
         summary = bench_replay.summarize(records)
         for kind, s in summary.items():
             if not per_kind and kind != "all requests":
@@ -145,7 +149,7 @@ class Report:
     def to_primitive(self) -> dict:
         return {"rows": [dataclasses.asdict(r) for r in self.rows], "notes": self.notes,
                 "violations": self.violations, "errors": self.errors,
-                "profiles": self.profiles}
+                "profiles": self.profiles, "runs": self.runs}
 
 
 def _check(report: Report, label: str, db, groups, ops, records) -> None:
