@@ -185,7 +185,8 @@ def test_run_quick_prints_realistic_first_and_passes(tmp_path, capsys, conf):
     out = tmp_path / "bench.json"
     rc = bench_run.main(["--quick", "--backends", "sqlite", "--sizes", "60",
                          "--trace-size", "30", "--burst-threads", "4", "--iterations", "2",
-                         "--cases", "plain,pinned", "--json", str(out)])
+                         "--cases", "plain,pinned", "--json", str(out),
+                         "--workdir", str(tmp_path / "work")])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert text.index("REALISTIC") < text.index("STEADY STATE")
@@ -194,3 +195,4 @@ def test_run_quick_prints_realistic_first_and_passes(tmp_path, capsys, conf):
     kinds = {r["kind"] for r in doc["realistic"]["rows"] if r["mode"] == "in-process cold"}
     assert "all requests" in kinds and "release" in kinds
     assert any(r["key"] == "inproc.plain.p50_ms" for r in doc["steady"]["rows"])
+    assert (tmp_path / "work" / "trace-60-42.jsonl").exists()      # --workdir is kept

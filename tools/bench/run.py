@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -573,6 +574,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--mariadb-max", type=int, default=100000,
                    help="largest fleet loaded into MariaDB (larger: SQLite only)")
     p.add_argument("--json", metavar="PATH", help="also write both tables as JSON")
+    p.add_argument("--workdir", help="where databases, traces and daemon logs go (kept); "
+                                     "default: a temporary directory removed at the end")
     steady = p.add_argument_group("steady state")
     steady.add_argument("--iterations", type=int, help="timed calls per request kind "
                                                        "(default: quick 5, full 100)")
@@ -612,9 +615,19 @@ def main(argv: list[str] | None = None) -> int:
         backends.remove("mariadb")
         notes.append(f"MariaDB skipped: cannot connect to {bench_fleet.MYSQL_URL}")
         print(f"note: {notes[-1]}")
-    workdir = tempfile.mkdtemp(prefix="berth-bench-")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="berth-bench-")
+    os.makedirs(workdir, exist_ok=True)
     print(f"Berth bench: sizes {sizes}, backends {backends}, seed {args.seed}, "
           f"workdir {workdir}")
+    try:
+        return _run(args, quick, sizes, backends, e2e_size, workdir, notes, started)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, quick: bool, sizes: list[int], backends: list[str],
+         e2e_size: int, workdir: str, notes: list[str], started: float) -> int:
 
     realistic = None
     if not args.steady_only:
