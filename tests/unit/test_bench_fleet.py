@@ -1,50 +1,84 @@
 """The benchmark fleet generator and bulk loader (tools/bench/fleet.py) on SQLite."""
 from __future__ import annotations
 
+import collections
 import json
 
 import pytest
 from oslo_config import cfg
 
-from db import migration
-from db.api import Database
-from numa.topology import HostTopology
+from numa.topology import FittedTopology, HostTopology
 from scheduler import simulate
 from scheduler.host_manager import HostManager
+from tools.bench import check as bench_check
 from tools.bench import fleet as bench_fleet
 
-N = 200
+N = 300
 
 
 @pytest.fixture
-def loaded(tmp_path):
-    db = Database(f"sqlite:///{tmp_path}/bench.sqlite")
-    migration.db_sync(db)
+def loaded(sqlite_db):
     fleet = bench_fleet.generate_fleet(N, seed=3)
-    bench_fleet.load_fleet(db, fleet)
-    yield db, fleet
-    db.dispose()
+    bench_fleet.load_fleet(sqlite_db, fleet)
+    return sqlite_db, fleet
 
 
 def test_same_seed_same_rows_other_seed_other_rows():
-    a, b = bench_fleet.generate_fleet(50, seed=1), bench_fleet.generate_fleet(50, seed=1)
+    a, b = bench_fleet.generate_fleet(60, seed=1), bench_fleet.generate_fleet(60, seed=1)
     assert a == b
-    assert a.nodes != bench_fleet.generate_fleet(50, seed=2).nodes
+    assert a.nodes != bench_fleet.generate_fleet(60, seed=2).nodes
 
 
-def test_fleet_shape():
+def test_every_model_is_present_with_its_hardware():
     fleet = bench_fleet.generate_fleet(1000, seed=42)
     c = fleet.counts()
     assert c["hosts"] == 1000
-    assert 400 < c["numa_hosts"] < 600          # about half
-    assert 150 < c["pci_hosts"] < 250           # about a fifth
-    assert c["pci_devices"] == 20 * c["pci_hosts"]
-    assert c["allocations"] > 0
-    for node in fleet.nodes:
+    for m in bench_fleet.MODELS:
+        share = c[f"model_{m.name}"] / 1000
+        assert m.share / 2 < share < m.share * 2, (m.name, share)
+    by_host = {n["host"]: n for n in fleet.nodes}
+    devices = collections.defaultdict(list)
+    for d in fleet.pci_devices:
+        devices[d["compute_node_id"]].append(d)
+    seen_1g = False
+    for host, model in fleet.models.items():
+        node = by_host[host]
+        spec = next(m for m in bench_fleet.MODELS if m.name == model)
+        assert (node["numa_topology"] is not None) == bool(spec.numa_cells), host
+        assert json.loads(node["supported_instances"]) == spec.supported
+        devs = devices.get(node["id"], [])
+        if spec.nics:
+            # one PF per cell with its VFs on that cell and that cell's physnet
+            for pf in (d for d in devs if d["dev_type"] == "type-PF"):
+                vfs = [d for d in devs if d["parent_addr"] == pf["address"]]
+                assert len(vfs) == bench_fleet.VFS_PER_PF
+                assert {(v["numa_node"], v["physical_network"]) for v in vfs} == \
+                    {(pf["numa_node"], bench_fleet.PHYSNETS[pf["numa_node"]])}
+        assert sum(d["dev_type"] == "type-PCI" for d in devs) == spec.gpus
         if node["numa_topology"]:
-            HostTopology.from_primitive(json.loads(node["numa_topology"]))  # valid
-    azs = {m["value"] for m in fleet.aggregate_metadata if m["key"] == "availability_zone"}
-    assert azs == {"az1", "az2"}
+            topo = HostTopology.from_primitive(json.loads(node["numa_topology"]))
+            sizes = {p.size_kb for cell in topo.cells for p in cell.mempages}
+            seen_1g |= 1048576 in sizes
+            if spec.smt:
+                assert all(cell.siblings for cell in topo.cells)
+    assert seen_1g
+    versions = {n["hypervisor_version"] for n in fleet.nodes}
+    assert min(versions) < 6000000 < max(versions)       # old hypervisors too
+
+
+def test_usage_is_already_on_the_fleet():
+    fleet = bench_fleet.generate_fleet(1000, seed=42)
+    c = fleet.counts()
+    assert c["pinned_allocations"] > 50
+    assert c["pci_claimed"] > 10
+    assert c["group_members"] > 0
+    assert {g["policy"] for g in fleet.groups.values()} == set(bench_fleet.GROUP_POLICIES)
+    # pinned allocations carry a valid fitted topology, some with several cells
+    cells = [len(FittedTopology.from_primitive(json.loads(a["numa_cells"])).cells)
+             for a in fleet.allocations if a["numa_cells"]]
+    assert 1 in cells and 2 in cells
+    assert {s["uuid"] for s in fleet.server_groups} == {
+        u for u, g in fleet.groups.items() if g["policy"] in ("affinity", "anti-affinity")}
 
 
 def test_load_gives_one_host_state_per_host_and_counts_pci_pools(loaded):
@@ -58,8 +92,12 @@ def test_load_gives_one_host_state_per_host_and_counts_pci_pools(loaded):
     assert sum(1 for h in hosts if h.numa_topology is not None) == \
         fleet.counts()["numa_hosts"]
     assert sum(len(h.instances) for h in hosts) == len(fleet.allocations)
+    for uuid, g in fleet.groups.items():
+        assert sum(hm.group_hosts(uuid).values()) == len(g["members"])
 
 
-def test_usage_equals_sum_of_allocations(loaded):
-    db, _ = loaded
+def test_loaded_fleet_is_valid(loaded):
+    db, fleet = loaded
     assert simulate.check_invariants(db) == []
+    groups = {u: (g["policy"], g["max_server_per_host"]) for u, g in fleet.groups.items()}
+    assert bench_check.check(db, bench_check.Expectations(groups=groups)) == []

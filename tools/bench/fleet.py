@@ -1,17 +1,21 @@
-"""Seeded benchmark fleets and a fast bulk loader (issue 7).
+"""Seeded heterogeneous benchmark fleets and a fast bulk loader (issue 10).
 
-``generate_fleet(n, seed)`` builds every row of an ``n``-host fleet in memory:
-compute nodes with a realistic spread of sizes and allocation ratios, two
-availability zones and a few aggregates with metadata, a NUMA topology (2 cells,
-shared + dedicated CPUs with siblings, 2 MiB and 1 GiB pages) on half the hosts,
-20 PCI devices (2 PFs with 9 VFs each, one per cell, on physnets) on a fifth,
-and some existing usage backed by allocation rows, so that usage equals the sum
-of allocations as everywhere else in Berth. The same seed gives the same rows.
+``generate_fleet(n, seed)`` builds every row of an ``n``-host fleet in memory from
+seven hardware models (``MODELS``): small hosts without NUMA, 2-socket SMT hosts with
+2 MiB and 1 GiB pages, SR-IOV hosts (one NIC per NUMA cell: a PF and its VFs on that
+cell's physnet), GPU-like PCI hosts, big-memory hosts, old-hypervisor hosts that also
+run i686 guests, and aarch64 hosts (image support differs). Two availability zones
+and aggregates with metadata. Usage is already on the fleet: plain instances, pinned
+instances (placed with ``numa.fitting.fit_instance_to_host`` and applied with
+``numa.usage.apply_usage``), claimed VFs and GPUs (statuses from
+``pci.device.claim_plan``), and server groups of every policy with members. Usage
+always equals the sum of the allocation rows, as everywhere else in Berth.
 
-``load_fleet(db, fleet)`` writes them with SQLAlchemy Core ``executemany``:
-the ORM fleet import is far too slow for 100,000 hosts. Every host gets a
-heartbeat at load time (ComputeFilter treats a host without one as down), so a
-benchmark raises ``service_down_time`` rather than keep heartbeats fresh.
+Fits and claim plans are computed once per (model shape, usage pattern) and reused,
+so 100,000 hosts generate in well under a minute. ``load_fleet(db, fleet)`` writes
+the rows with SQLAlchemy Core ``executemany``; every host gets a heartbeat at load
+time (ComputeFilter treats a host without one as down), so a benchmark raises
+``service_down_time`` rather than keep heartbeats fresh.
 """
 from __future__ import annotations
 
@@ -32,30 +36,76 @@ from db import migration, models
 from db.api import Database
 from numa import fitting, request, usage
 from numa.topology import HostTopology
+from pci import device as pci_device
 
 COMPUTE_BINARY = "berth-compute"
 MYSQL_URL = os.environ.get("BERTH_BENCH_MYSQL_URL", "mysql+pymysql://root:@127.0.0.1:3306")
-
-VCPUS = (32, 48, 64, 96, 128)
-MEMORY_GB = (128, 256, 384, 512, 768, 1024)
-DISK_GB = (1000, 2000, 4000, 8000)
-CPU_RATIOS = (1.0, 2.0, 4.0, 8.0, 16.0)
-RAM_RATIOS = (1.0, 1.0, 1.2, 1.5)
-HYPERVISOR_VERSIONS = (6002000, 7002000, 8002000)
 AZS = ("az1", "az2")
 
-PF_PRODUCT, VF_PRODUCT, VENDOR = "1572", "154c", "8086"
-PCI_BUSES = ("3b", "86")           # one NIC per NUMA cell
-VFS_PER_PF = 9
-PHYSNETS = ("physnet1", "physnet2")
+VENDOR, PF_PRODUCT, VF_PRODUCT = "8086", "1572", "154c"
+GPU_VENDOR, GPU_PRODUCT = "10de", "20b5"
+PHYSNETS = ("physnet1", "physnet2")          # NIC of cell 0 on physnet1, cell 1 on physnet2
+VFS_PER_PF = 8
 
-# Existing instances: (vcpus, memory_mb, disk_mb); big enough that a 100k-host
-# fleet stays at a few allocation rows per host.
-EXISTING_FLAVORS = ((4, 16384, 81920), (8, 32768, 163840), (16, 65536, 163840),
-                    (32, 131072, 327680))
-# The existing pinned instance on some NUMA hosts (and its VF on PCI hosts).
-PINNED_FLAVOR = (4, 8192, 40960)
-PINNED_SPECS = {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"}
+SUPPORTED_X86 = [["x86_64", "kvm", "hvm"], ["x86_64", "qemu", "hvm"]]
+SUPPORTED_OLD = [["x86_64", "qemu", "hvm"], ["i686", "qemu", "hvm"]]
+SUPPORTED_ARM = [["aarch64", "kvm", "hvm"]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """One hardware model: its share of the fleet and how its hosts look."""
+
+    name: str
+    share: float
+    vcpus: tuple[int, ...]
+    memory_gb: tuple[int, ...]
+    disk_gb: tuple[int, ...]
+    cpu_ratios: tuple[float, ...]
+    ram_ratios: tuple[float, ...] = (1.0,)
+    numa_cells: int = 0                       # 0: no NUMA topology reported
+    smt: bool = False
+    pages_2m_frac: float = 0.0                # of each cell's memory
+    pages_1g_frac: float = 0.0
+    nics: bool = False                        # one PF + VFs per cell
+    gpus: int = 0                             # type-PCI devices, half per cell
+    hypervisor_versions: tuple[int, ...] = (8002000,)
+    supported: list = dataclasses.field(default_factory=lambda: SUPPORTED_X86)
+    cpu_arch: str = "x86_64"
+
+
+MODELS = (
+    Model("small", 0.25, (16, 24, 32), (64, 96, 128), (500, 1000), (4.0, 8.0, 16.0),
+          (1.0, 1.5)),
+    Model("smt2s", 0.25, (48, 64, 96), (256, 384, 512), (1000, 2000), (1.0, 2.0),
+          numa_cells=2, smt=True, pages_2m_frac=0.125, pages_1g_frac=0.25),
+    Model("sriov", 0.15, (64, 96), (384, 512), (1000, 2000), (1.0, 2.0), numa_cells=2,
+          smt=True, pages_2m_frac=0.125, pages_1g_frac=0.25, nics=True),
+    Model("gpu", 0.05, (64,), (512,), (4000,), (1.0,), numa_cells=2, smt=True,
+          pages_2m_frac=0.125, gpus=4),
+    Model("bigmem", 0.10, (128,), (1536, 2048, 3072), (4000, 8000), (1.0, 2.0)),
+    Model("old", 0.15, (32, 48), (128, 256), (1000,), (4.0, 8.0), (1.0, 1.2),
+          hypervisor_versions=(4002000, 5002000), supported=SUPPORTED_OLD),
+    Model("arm", 0.05, (80,), (256,), (1000,), (2.0, 4.0), supported=SUPPORTED_ARM,
+          cpu_arch="aarch64"),
+)
+MODEL_NAMES = tuple(m.name for m in MODELS)
+
+# Existing plain instances: (vcpus, memory_mb, disk_mb).
+EXISTING_FLAVORS = ((2, 8192, 40960), (4, 16384, 81920), (8, 32768, 163840),
+                    (16, 65536, 163840))
+# Existing pinned instances on NUMA hosts: (vcpus, memory_mb, disk_mb, extra_specs).
+EXISTING_PINNED = (
+    (4, 8192, 40960, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"}),
+    (8, 16384, 40960, {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate",
+                       "hw:mem_page_size": "1GB"}),
+    (4, 8192, 40960, {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0",
+                      "hw:mem_page_size": "2MB"}),
+    (8, 16384, 81920, {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
+                       "hw:mem_page_size": "large"}),
+)
+GROUP_FLAVOR = (1, 2048, 20480)
+GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 
 _cn = models.ComputeNode.__table__
 _svc = models.Service.__table__
@@ -64,11 +114,13 @@ _alloc = models.Allocation.__table__
 _agg = models.Aggregate.__table__
 _agg_hosts = models.AggregateHost.__table__
 _agg_meta = models.AggregateMetadata.__table__
+_groups = models.ServerGroup.__table__
 
 
 @dataclasses.dataclass
 class BenchFleet:
-    """Every row of a generated fleet, ready for ``executemany`` (ids assigned)."""
+    """Every row of a generated fleet, ready for ``executemany`` (ids assigned), and
+    what a trace needs to know about it (groups, instances, hosts by model)."""
 
     size: int
     seed: int
@@ -78,106 +130,167 @@ class BenchFleet:
     aggregates: list[dict[str, Any]]
     aggregate_hosts: list[dict[str, Any]]
     aggregate_metadata: list[dict[str, Any]]
+    server_groups: list[dict[str, Any]]
+    #: uuid -> {"policy", "max_server_per_host", "members": [instance uuids]}
+    groups: dict[str, dict[str, Any]]
+    models: dict[str, str]                    # host -> model name
 
     def counts(self) -> dict[str, int]:
-        """Rows per kind, plus the NUMA and PCI host counts."""
+        """Rows per kind, hosts per model, NUMA and PCI host counts."""
+        per_model = {m: 0 for m in MODEL_NAMES}
+        for m in self.models.values():
+            per_model[m] += 1
         return {"hosts": len(self.nodes),
                 "numa_hosts": sum(1 for n in self.nodes if n["numa_topology"]),
                 "pci_hosts": len({d["compute_node_id"] for d in self.pci_devices}),
                 "pci_devices": len(self.pci_devices),
                 "pci_available": sum(1 for d in self.pci_devices
                                      if d["status"] == "available"),
+                "pci_claimed": sum(1 for d in self.pci_devices if d["status"] == "claimed"),
                 "allocations": len(self.allocations),
+                "pinned_allocations": sum(1 for a in self.allocations if a["numa_cells"]),
+                "group_members": sum(1 for a in self.allocations if a["instance_group"]),
+                "groups": len(self.groups),
                 "aggregates": len(self.aggregates),
-                "aggregate_hosts": len(self.aggregate_hosts)}
+                "aggregate_hosts": len(self.aggregate_hosts),
+                **{f"model_{m}": n for m, n in per_model.items()}}
+
+    def instance_uuids(self) -> list[str]:
+        return [a["instance_uuid"] for a in self.allocations]
 
 
 def _uuid(rng: random.Random) -> str:
     return str(uuidlib.UUID(int=rng.getrandbits(128), version=4))
 
 
-def host_topology(vcpus: int, memory_mb: int) -> dict[str, Any]:
-    """Two cells; per cell half the threads shared, half dedicated (sibling pairs);
-    1/8 of the memory in 2 MiB pages, 1/8 in 1 GiB pages, the rest in 4 KiB pages."""
-    per_cell = vcpus // 2
-    cell_mb = memory_mb // 2
+# -- host shapes (cached per model and size) ------------------------------------------------
+
+def host_topology(model: Model, vcpus: int, memory_mb: int) -> dict[str, Any]:
+    """``model.numa_cells`` cells; per cell a quarter of the threads shared, the rest
+    dedicated (sibling pairs on SMT models); the model's fractions of each cell's
+    memory in 2 MiB and 1 GiB pages, the rest in 4 KiB pages."""
+    n = model.numa_cells
+    per_cell, cell_mb = vcpus // n, memory_mb // n
     cells = []
-    for cid in range(2):
+    for cid in range(n):
         first = cid * per_cell
-        shared = list(range(first, first + per_cell // 2))
-        dedicated = list(range(first + per_cell // 2, first + per_cell))
-        huge_2m = cell_mb // 8 // 2
-        huge_1g = cell_mb // 8 // 1024
+        n_shared = per_cell // 4
+        shared = list(range(first, first + n_shared))
+        dedicated = list(range(first + n_shared, first + per_cell))
+        huge_2m = int(cell_mb * model.pages_2m_frac) // 2
+        huge_1g = int(cell_mb * model.pages_1g_frac) // 1024
         small = (cell_mb - huge_2m * 2 - huge_1g * 1024) * 256
+        pages = [{"size_kb": 4, "total": small, "used": 0, "reserved": 0}]
+        if huge_2m:
+            pages.append({"size_kb": 2048, "total": huge_2m, "used": 0, "reserved": 0})
+        if huge_1g:
+            pages.append({"size_kb": 1048576, "total": huge_1g, "used": 0, "reserved": 0})
         cells.append({
             "id": cid, "socket": cid, "cpuset": shared, "pcpuset": dedicated,
-            "siblings": [dedicated[i:i + 2] for i in range(0, len(dedicated), 2)],
-            "memory_mb": cell_mb,
-            "mempages": [{"size_kb": 4, "total": small, "used": 0, "reserved": 0},
-                         {"size_kb": 2048, "total": huge_2m, "used": 0, "reserved": 0},
-                         {"size_kb": 1048576, "total": huge_1g, "used": 0, "reserved": 0}],
+            "siblings": [dedicated[i:i + 2] for i in range(0, len(dedicated), 2)]
+            if model.smt else [],
+            "memory_mb": cell_mb, "mempages": pages,
             "cpu_usage": 0, "memory_usage": 0, "pinned_cpus": []})
     return {"cells": cells}
 
 
-_CPU_INFO = json.dumps({"arch": "x86_64", "vendor": "Intel", "features": ["avx2", "sse4_2"]})
-_SUPPORTED = json.dumps([["x86_64", "kvm", "hvm"]])
-_TOPOLOGY_CACHE: dict[tuple[int, int], dict] = {}
-_TOPOLOGY_JSON_CACHE: dict[tuple[int, int, bool], str] = {}
-
-
-def _fresh_topology(vcpus: int, memory_mb: int) -> dict[str, Any]:
-    key = (vcpus, memory_mb)
-    if key not in _TOPOLOGY_CACHE:
-        _TOPOLOGY_CACHE[key] = host_topology(vcpus, memory_mb)
-    return _TOPOLOGY_CACHE[key]
-
-
-def _topology_json(vcpus: int, memory_mb: int, pinned: bool, topo: dict) -> str:
-    key = (vcpus, memory_mb, pinned)
-    if key not in _TOPOLOGY_JSON_CACHE:
-        _TOPOLOGY_JSON_CACHE[key] = json.dumps(topo, sort_keys=True)
-    return _TOPOLOGY_JSON_CACHE[key]
-
-
-_PINNED_FIT_CACHE: dict[tuple[int, int], tuple[dict, dict]] = {}
-
-
-def _pinned_usage(vcpus: int, memory_mb: int, topo: dict) -> tuple[dict, dict]:
-    """(host topology with the pinned instance applied, fitted cells) — the same
-    for every fresh host of one size, so computed once per size."""
-    key = (vcpus, memory_mb)
-    hit = _PINNED_FIT_CACHE.get(key)
-    if hit is None:
-        host = HostTopology.from_primitive(topo)
-        guest = request.instance_topology_from_specs(PINNED_FLAVOR[0], PINNED_FLAVOR[1],
-                                                     PINNED_SPECS, {})
-        fitted = fitting.fit_instance_to_host(host, guest).fitted
-        if fitted is None:
-            raise RuntimeError(f"pinned flavor does not fit a fresh {key} host")
-        hit = (usage.apply_usage(host, fitted).to_primitive(), fitted.to_primitive())
-        _PINNED_FIT_CACHE[key] = hit
-    return hit
-
-
-def _pci_devices(node_id: int) -> list[dict[str, Any]]:
-    """2 PFs (one per cell) with 9 VFs each, VFs on the PF's physnet."""
+def _pci_devices(model: Model) -> list[dict[str, Any]]:
+    """The model's devices (without node id): per cell one PF with VFs on the cell's
+    physnet, and/or GPUs split over the cells."""
     rows = []
-    for cell, bus in enumerate(PCI_BUSES):
-        pf = f"0000:{bus}:00.0"
-        rows.append({"compute_node_id": node_id, "address": pf, "vendor_id": VENDOR,
-                     "product_id": PF_PRODUCT, "dev_type": "type-PF", "parent_addr": None,
-                     "numa_node": cell, "physical_network": PHYSNETS[cell],
-                     "status": "available", "instance_uuid": None})
-        for vf in range(VFS_PER_PF):
-            rows.append({"compute_node_id": node_id,
-                         "address": f"0000:{bus}:{2 + vf // 8:02x}.{vf % 8}",
+    if model.nics:
+        for cell, bus in enumerate(("3b", "86")):
+            pf = f"0000:{bus}:00.0"
+            rows.append({"address": pf, "vendor_id": VENDOR, "product_id": PF_PRODUCT,
+                         "dev_type": "type-PF", "parent_addr": None, "numa_node": cell,
+                         "physical_network": PHYSNETS[cell]})
+            rows.extend({"address": f"0000:{bus}:{2 + vf // 8:02x}.{vf % 8}",
                          "vendor_id": VENDOR, "product_id": VF_PRODUCT,
                          "dev_type": "type-VF", "parent_addr": pf, "numa_node": cell,
-                         "physical_network": PHYSNETS[cell], "status": "available",
-                         "instance_uuid": None})
+                         "physical_network": PHYSNETS[cell]} for vf in range(VFS_PER_PF))
+    for g in range(model.gpus):
+        rows.append({"address": f"0000:{0x17 + g:02x}:00.0", "vendor_id": GPU_VENDOR,
+                     "product_id": GPU_PRODUCT, "dev_type": "type-PCI", "parent_addr": None,
+                     "numa_node": g * model.numa_cells // model.gpus,
+                     "physical_network": None})
     return rows
 
+
+@dataclasses.dataclass(frozen=True)
+class _Pinned:
+    """The result of placing a sequence of existing pinned flavors on a fresh host."""
+
+    topology_json: str
+    fitted: tuple[tuple[int, str], ...]       # (index into EXISTING_PINNED, fitted JSON)
+    device_plan: tuple[tuple[tuple[str, ...], dict], ...]   # (addresses, claim plan)
+
+
+class _Shapes:
+    """Per-model caches: fresh topologies, pinned-usage patterns and claim plans,
+    all computed with Berth's public numa/ and pci/ functions."""
+
+    def __init__(self) -> None:
+        self._topo: dict[tuple, dict] = {}
+        self._topo_json: dict[tuple, str] = {}
+        self._pinned: dict[tuple, _Pinned | None] = {}
+        self._devices: dict[str, list[dict]] = {}
+
+    def topology(self, model: Model, vcpus: int, memory_mb: int) -> dict:
+        key = (model.name, vcpus, memory_mb)
+        if key not in self._topo:
+            self._topo[key] = host_topology(model, vcpus, memory_mb)
+            self._topo_json[key] = json.dumps(self._topo[key], sort_keys=True)
+        return self._topo[key]
+
+    def topology_json(self, model: Model, vcpus: int, memory_mb: int) -> str:
+        self.topology(model, vcpus, memory_mb)
+        return self._topo_json[(model.name, vcpus, memory_mb)]
+
+    def devices(self, model: Model) -> list[dict]:
+        if model.name not in self._devices:
+            self._devices[model.name] = _pci_devices(model)
+        return self._devices[model.name]
+
+    def pinned(self, model: Model, vcpus: int, memory_mb: int,
+               pattern: tuple[int, ...]) -> _Pinned | None:
+        """Place ``EXISTING_PINNED[i]`` for i in ``pattern`` one after the other (each
+        pinned instance of a NIC/GPU host also takes one VF/GPU on its cell); None if
+        one does not fit."""
+        key = (model.name, vcpus, memory_mb, pattern)
+        if key in self._pinned:
+            return self._pinned[key]
+        host = HostTopology.from_primitive(self.topology(model, vcpus, memory_mb))
+        devices = [pci_device.PciDevice(**{k: v for k, v in d.items()})
+                   for d in self.devices(model)]
+        fitted_out, plans = [], []
+        result: _Pinned | None = None
+        for index in pattern:
+            v, m, _, specs = EXISTING_PINNED[index]
+            guest = request.instance_topology_from_specs(v, m, specs, {})
+            fit = fitting.fit_instance_to_host(host, guest)
+            if fit.fitted is None:
+                break
+            host = usage.apply_usage(host, fit.fitted)
+            fitted_out.append((index, json.dumps(fit.fitted.to_primitive(), sort_keys=True)))
+            cell = fit.fitted.cells[0].host_cell_id
+            want = "type-VF" if model.nics else ("type-PCI" if model.gpus else None)
+            pick = next((d for d in devices if d.dev_type == want and d.numa_node == cell
+                         and d.status == pci_device.AVAILABLE), None) if want else None
+            if pick is not None:
+                plan = pci_device.claim_plan(devices, [pick.address])
+                devices = [dataclasses.replace(d, status=plan[d.address])
+                           if d.address in plan else d for d in devices]
+                plans.append(((pick.address,), plan))
+            else:
+                plans.append(((), {}))
+        else:
+            result = _Pinned(json.dumps(host.to_primitive(), sort_keys=True),
+                             tuple(fitted_out), tuple(plans))
+        self._pinned[key] = result
+        return result
+
+
+# -- generation -------------------------------------------------------------------------------
 
 def _fill_target(rng: random.Random) -> float:
     """Fraction of the RAM limit already used: many empty hosts, a few nearly full."""
@@ -191,97 +304,125 @@ def _fill_target(rng: random.Random) -> float:
     return rng.uniform(0.95, 1.0)
 
 
+def _limits(node: dict) -> tuple[float, float, float]:
+    return ((node["vcpus"] - node["reserved_host_cpus"]) * node["cpu_allocation_ratio"],
+            (node["memory_mb"] - node["reserved_host_memory_mb"]) * node["ram_allocation_ratio"],
+            (node["local_gb"] * 1024 - node["reserved_host_disk_mb"])
+            * node["disk_allocation_ratio"])
+
+
+def _room(node: dict, flavor: tuple[int, int, int]) -> bool:
+    lc, lm, ld = _limits(node)
+    return (node["vcpus_used"] + flavor[0] <= lc and node["memory_mb_used"] + flavor[1] <= lm
+            and node["disk_mb_used"] + flavor[2] <= ld)
+
+
+def _pick_model(rng: random.Random) -> Model:
+    r, acc = rng.random(), 0.0
+    for m in MODELS:
+        acc += m.share
+        if r < acc:
+            return m
+    return MODELS[-1]
+
+
+_CPU_INFO = {name: json.dumps({"arch": m.cpu_arch, "vendor": "Intel" if m.cpu_arch ==
+                               "x86_64" else "ARM", "features": ["avx2", "sse4_2"]
+                               if m.cpu_arch == "x86_64" else ["neon"]})
+             for name, m in ((m.name, m) for m in MODELS)}
+_SUPPORTED = {m.name: json.dumps(m.supported) for m in MODELS}
+
+
 def generate_fleet(size: int, seed: int = 42) -> BenchFleet:
     """All rows of a ``size``-host fleet; deterministic for ``seed``."""
     rng = random.Random(seed)
+    shapes = _Shapes()
     nodes: list[dict[str, Any]] = []
     devices: list[dict[str, Any]] = []
     allocs: list[dict[str, Any]] = []
+    host_model: dict[str, str] = {}
     members: dict[str, list[str]] = {name: [] for name in
-                                     ("az1", "az2", "ssd", "highmem", "pinned", "sriov",
-                                      "windows")}
+                                     ("az1", "az2", "ssd", "highmem", "pinned", "sriov", "gpu",
+                                      "windows", "legacy")}
     for i in range(size):
+        model = _pick_model(rng)
         node_id = i + 1
         name = f"compute-{i:06d}"
-        vcpus = rng.choice(VCPUS)
-        memory_mb = rng.choice(MEMORY_GB) * 1024
-        local_gb = rng.choice(DISK_GB)
-        has_numa = rng.random() < 0.5
-        has_pci = has_numa and rng.random() < 0.4       # 20% of all hosts
+        vcpus, memory_mb = rng.choice(model.vcpus), rng.choice(model.memory_gb) * 1024
         node = {
             "id": node_id, "uuid": _uuid(rng), "host": name, "hypervisor_hostname": name,
-            "vcpus": vcpus, "memory_mb": memory_mb, "local_gb": local_gb,
+            "vcpus": vcpus, "memory_mb": memory_mb, "local_gb": rng.choice(model.disk_gb),
             "vcpus_used": 0, "memory_mb_used": 0, "disk_mb_used": 0, "running_vms": 0,
             "current_workload": 0, "failed_builds": 0,
-            "cpu_allocation_ratio": 1.0 if has_numa and rng.random() < 0.5
-            else rng.choice(CPU_RATIOS),
-            "ram_allocation_ratio": rng.choice(RAM_RATIOS),
+            "cpu_allocation_ratio": rng.choice(model.cpu_ratios),
+            "ram_allocation_ratio": rng.choice(model.ram_ratios),
             "disk_allocation_ratio": 1.0,
             "reserved_host_memory_mb": 4096, "reserved_host_disk_mb": 10240,
             "reserved_host_cpus": 0,
             "hypervisor_type": "QEMU",
-            "hypervisor_version": rng.choice(HYPERVISOR_VERSIONS),
+            "hypervisor_version": rng.choice(model.hypervisor_versions),
             "host_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}",
-            "cpu_info": _CPU_INFO, "supported_instances": _SUPPORTED,
-            "numa_topology": None, "stats": "{}", "metrics": "{}",
-            "disabled": rng.random() < 0.01, "disabled_reason": None,
+            "cpu_info": _CPU_INFO[model.name], "supported_instances": _SUPPORTED[model.name],
+            "numa_topology": None, "stats": json.dumps({"model": model.name}),
+            "metrics": "{}", "disabled": rng.random() < 0.01, "disabled_reason": None,
             "generation": 1, "deleted": 0,
         }
         if node["disabled"]:
             node["disabled_reason"] = "maintenance"
-        topo = _fresh_topology(vcpus, memory_mb) if has_numa else None
-        topo_json = None if topo is None else _topology_json(vcpus, memory_mb, False, topo)
-        node_devices = _pci_devices(node_id) if has_pci else []
-
-        # Existing usage, always backed by allocation rows.
-        if has_numa and rng.random() < 0.3:
-            topo, fitted = _pinned_usage(vcpus, memory_mb, topo)
-            topo_json = _topology_json(vcpus, memory_mb, True, topo)
-            inst = _uuid(rng)
-            pci_addrs = None
-            if node_devices:
-                cell = fitted["cells"][0]["host_cell_id"]
-                vf = next(d for d in node_devices
-                          if d["dev_type"] == "type-VF" and d["numa_node"] == cell)
-                vf["status"], vf["instance_uuid"] = "claimed", inst
-                for d in node_devices:
-                    if d["address"] == vf["parent_addr"]:
-                        d["status"] = "unclaimable"
-                pci_addrs = json.dumps([vf["address"]])
-            _add_allocation(node, allocs, inst, PINNED_FLAVOR,
-                            json.dumps(fitted, sort_keys=True), pci_addrs)
-        limit_ram = (memory_mb - node["reserved_host_memory_mb"]) * node["ram_allocation_ratio"]
-        limit_cpu = vcpus * node["cpu_allocation_ratio"]
-        limit_disk = local_gb * 1024 - node["reserved_host_disk_mb"]
-        target = _fill_target(rng) * limit_ram
+        host_model[name] = model.name
+        node_devices = [{**d, "compute_node_id": node_id, "status": "available",
+                         "instance_uuid": None} for d in shapes.devices(model)]
+        if model.numa_cells:
+            node["numa_topology"] = shapes.topology_json(model, vcpus, memory_mb)
+            if rng.random() < 0.4:
+                pattern = tuple(rng.randrange(len(EXISTING_PINNED))
+                                for _ in range(rng.randint(1, 3)))
+                pinned = shapes.pinned(model, vcpus, memory_mb, pattern)
+                if pinned is not None and _room(node, tuple(
+                        sum(EXISTING_PINNED[i][k] for i in pattern) for k in range(3))):
+                    node["numa_topology"] = pinned.topology_json
+                    by_addr = {d["address"]: d for d in node_devices}
+                    for (index, fitted), (addrs, plan) in zip(pinned.fitted, pinned.device_plan,
+                                                              strict=True):
+                        inst = _uuid(rng)
+                        for addr, status in plan.items():
+                            by_addr[addr]["status"] = status
+                            if status == pci_device.CLAIMED:
+                                by_addr[addr]["instance_uuid"] = inst
+                        v, m, d, _ = EXISTING_PINNED[index]
+                        _add_allocation(node, allocs, inst, (v, m, d), fitted,
+                                        json.dumps(list(addrs)) if addrs else None)
+        target = _fill_target(rng) * _limits(node)[1]
         for _ in range(64):
             if node["memory_mb_used"] >= target:
                 break
             flavor = rng.choice(EXISTING_FLAVORS)
-            if (node["memory_mb_used"] + flavor[1] > limit_ram
-                    or node["vcpus_used"] + flavor[0] > limit_cpu
-                    or node["disk_mb_used"] + flavor[2] > limit_disk):
+            if not _room(node, flavor):
                 break
             _add_allocation(node, allocs, _uuid(rng), flavor, None, None)
-
-        node["numa_topology"] = topo_json
         nodes.append(node)
         devices.extend(node_devices)
-        members[AZS[i % 2]].append(name)
-        if rng.random() < 0.25:
+        members[AZS[(i // 64) % 2]].append(name)         # racks of 64 alternate zones
+        if rng.random() < 0.3 and model.name not in ("old", "arm"):
             members["ssd"].append(name)
-        if memory_mb >= 768 * 1024:
+        if model.name == "bigmem":
             members["highmem"].append(name)
-        if has_numa:
+        if model.numa_cells:
             members["pinned"].append(name)
-        if has_pci:
+        if model.nics:
             members["sriov"].append(name)
+        if model.gpus:
+            members["gpu"].append(name)
+        if model.name == "old":
+            members["legacy"].append(name)
         if rng.random() < 0.05:
             members["windows"].append(name)
 
+    groups, server_groups = _add_groups(rng, nodes, allocs, size)
     metadata = {"az1": {"availability_zone": "az1"}, "az2": {"availability_zone": "az2"},
                 "ssd": {"ssd": "true"}, "highmem": {"highmem": "true"},
                 "pinned": {"pinned": "true"}, "sriov": {"sriov": "true"},
+                "gpu": {"gpu": "true"}, "legacy": {"legacy": "true"},
                 "windows": {"os_type": "windows", "cpu_allocation_ratio": "2.0"}}
     aggregates, agg_hosts, agg_meta = [], [], []
     for agg_id, (name, hosts) in enumerate(members.items(), start=1):
@@ -291,11 +432,49 @@ def generate_fleet(size: int, seed: int = 42) -> BenchFleet:
                         for k, v in metadata[name].items())
     return BenchFleet(size=size, seed=seed, nodes=nodes, pci_devices=devices,
                       allocations=allocs, aggregates=aggregates, aggregate_hosts=agg_hosts,
-                      aggregate_metadata=agg_meta)
+                      aggregate_metadata=agg_meta, server_groups=server_groups,
+                      groups=groups, models=host_model)
+
+
+def _add_groups(rng: random.Random, nodes: list[dict], allocs: list[dict], size: int
+                ) -> tuple[dict[str, dict], list[dict]]:
+    """Server groups of every policy with 2-4 members each, on enabled hosts with
+    room: an affinity group's members on one host, an anti-affinity group's on
+    distinct hosts (at most ``max_server_per_host`` per host when set)."""
+    groups: dict[str, dict] = {}
+    rows = []
+    per_policy = max(3, size // 400)
+    enabled = [n for n in nodes if not n["disabled"]]
+    for policy in GROUP_POLICIES:
+        for g in range(per_policy):
+            uuid = _uuid(rng)
+            max_per_host = 2 if policy == "anti-affinity" and g % 3 == 0 else None
+            n_members = rng.randint(2, 4)
+            if policy == "affinity":
+                hosts = [rng.choice(enabled)] * n_members
+            elif policy == "anti-affinity":
+                picks = rng.sample(enabled, n_members)
+                hosts = picks if max_per_host is None else (picks[:1] * 2 + picks[1:])[
+                    :n_members]
+            else:
+                hosts = [rng.choice(enabled) for _ in range(n_members)]
+            member_uuids = []
+            for node in hosts:
+                if not _room(node, GROUP_FLAVOR):
+                    continue
+                inst = _uuid(rng)
+                _add_allocation(node, allocs, inst, GROUP_FLAVOR, None, None, group=uuid)
+                member_uuids.append(inst)
+            groups[uuid] = {"policy": policy, "max_server_per_host": max_per_host,
+                            "members": member_uuids}
+            if policy in ("affinity", "anti-affinity"):
+                rows.append({"uuid": uuid, "generation": 0})
+    return groups, rows
 
 
 def _add_allocation(node: dict, allocs: list, inst: str, flavor: tuple[int, int, int],
-                    numa_cells: str | None, pci_devices: str | None) -> None:
+                    numa_cells: str | None, pci_devices: str | None,
+                    group: str | None = None) -> None:
     vcpus, memory_mb, disk_mb = flavor
     node["vcpus_used"] += vcpus
     node["memory_mb_used"] += memory_mb
@@ -304,7 +483,7 @@ def _add_allocation(node: dict, allocs: list, inst: str, flavor: tuple[int, int,
     allocs.append({"instance_uuid": inst, "compute_node_id": node["id"], "vcpus": vcpus,
                    "memory_mb": memory_mb, "disk_mb": disk_mb, "numa_cells": numa_cells,
                    "pci_devices": pci_devices, "project_id": "bench", "user_id": "bench",
-                   "instance_group": None, "request_spec": None})
+                   "instance_group": group, "request_spec": None})
 
 
 # -- loading ------------------------------------------------------------------------------
@@ -339,6 +518,7 @@ def load_fleet(db: Database, fleet: BenchFleet, chunk: int = 10000) -> float:
         (_agg, fleet.aggregates, times),
         (_agg_hosts, fleet.aggregate_hosts, {}),
         (_agg_meta, fleet.aggregate_metadata, {}),
+        (_groups, fleet.server_groups, {}),
     ]
     with db.writer_connection() as conn:
         if db.dialect in ("mysql", "mariadb"):

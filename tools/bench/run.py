@@ -1,13 +1,20 @@
-"""Berth benchmark (issue 7): ``tox -e bench [-- --quick] [--json PATH]``.
+"""Berth benchmark: ``tox -e bench [-- --quick | --sizes ... | --e2e | --profile]``.
 
-For each fleet size and database backend: bulk-load a seeded fleet
-(``tools/bench/fleet.py``), then measure in-process ``select_destinations``
-p50/p99 for a request mix (real claims, released between iterations; one dry-run
-row for comparison), the host-state refresh after 10 changed hosts and the
-start-up load. End to end: the ``berth-scheduler`` daemon as a subprocess, called
-through ``scheduler.rpcapi`` over RabbitMQ at 1 and 16 concurrent clients with 1
-and 2 workers; and the daemon's peak RSS per fleet size. Prints one table with
-the issue's targets beside the figures; ``--json PATH`` writes the same rows.
+Two tables, the realistic one first.
+
+Realistic (issue 10, ``tools/bench/realistic.py``): per fleet size a seeded
+heterogeneous fleet with usage already on it (``fleet.py``) and a seeded mixed
+trace (``trace.py``), replayed cold in a fresh process on each backend with every
+call timed and every claim written (``replay.py``); p50/p99/max/mean overall and
+per request kind; the database checked for violations after each run
+(``check.py``); a 16-thread burst on one hard anti-affinity and one hard affinity
+group; with ``--e2e`` the same trace through the daemon over RabbitMQ. Exits 1 on
+any violation or scheduler error.
+
+Steady state (issue 7): identical requests repeated (the first call is a warm-up
+and dropped, claims released between calls), so remembered answers serve most
+timed calls: the host-state refresh after 10 changed hosts, the start-up load and,
+with ``--e2e``, the daemon at 1 and 16 clients and its peak RSS.
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ import json
 import os
 import platform
 import random
-import signal
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,7 +38,6 @@ import time
 import uuid as uuidlib
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
 
 warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
 
@@ -53,13 +59,20 @@ from scheduler.filters import FILTER_NAMESPACE  # noqa: E402
 from scheduler.host_manager import HostManager  # noqa: E402
 from scheduler.weights import WEIGHER_NAMESPACE  # noqa: E402
 from tools.bench import fleet as bench_fleet  # noqa: E402
+from tools.bench import realistic as bench_realistic  # noqa: E402
+from tools.bench.daemon import (  # noqa: E402
+    SERVICE_DOWN_TIME,
+    TRANSPORT_URL,
+    Daemon,
+    Plugins,
+    e2e_available,
+    mariadb_available,
+    running_daemon,
+)
 
-TRANSPORT_URL = os.environ.get("BERTH_BENCH_TRANSPORT_URL",
-                               "rabbit://guest:guest@127.0.0.1:5672/")
 PCI_ALIAS = {"name": "vf", "vendor_id": bench_fleet.VENDOR,
              "product_id": bench_fleet.VF_PRODUCT, "device_type": "type-VF",
              "numa_policy": "required"}
-SERVICE_DOWN_TIME = 86400
 
 
 # -- the request mix ----------------------------------------------------------------------
@@ -239,13 +252,6 @@ def available_plugins(namespace: str, names: list[str]) -> tuple[list[str], list
     return ok, missing
 
 
-@dataclasses.dataclass
-class Plugins:
-    filters: list[str]
-    weighers: list[str]
-    missing: list[str]
-
-
 def configure() -> Plugins:
     """Default filters (incl. NUMA + PCI) and all weighers, minus any not installed yet."""
     filters, miss_f = available_plugins(FILTER_NAMESPACE, list(DEFAULT_FILTERS))
@@ -260,9 +266,9 @@ def configure() -> Plugins:
     try:
         import scheduler.rpc  # noqa: F401  (registers [DEFAULT] transport_url)
     except ImportError:
-        return Plugins(filters, weighers, miss_f + miss_w)
+        return Plugins(filters, weighers, miss_f + miss_w, [PCI_ALIAS])
     conf.set_override("transport_url", TRANSPORT_URL)
-    return Plugins(filters, weighers, miss_f + miss_w)
+    return Plugins(filters, weighers, miss_f + miss_w, [PCI_ALIAS])
 
 
 # -- in-process -----------------------------------------------------------------------------
@@ -394,159 +400,6 @@ def _profile(sched: FilterScheduler, name: str, size: int, backend: str,
 
 
 # -- end to end -----------------------------------------------------------------------------
-
-class Daemon:
-    """``berth-scheduler`` as a subprocess with a throwaway config and topic."""
-
-    def __init__(self, db_url: str, workers: int, plugins: Plugins, workdir: str,
-                 concurrency: str = "eventlet") -> None:
-        self.tag = uuidlib.uuid4().hex[:8]
-        self.topic = f"berth-bench-{self.tag}"
-        self.workdir = workdir
-        self.log = os.path.join(workdir, f"daemon-{self.tag}.log")
-        self.config = os.path.join(workdir, f"berth-{self.tag}.conf")
-        self.stderr = os.path.join(workdir, f"daemon-{self.tag}.stderr")
-        aliases = json.dumps(PCI_ALIAS)
-        with open(self.config, "w") as f:
-            f.write(f"""[DEFAULT]
-transport_url = {TRANSPORT_URL}
-host = bench-{self.tag}
-concurrency_backend = {concurrency}
-log_file = {self.log}
-use_stderr = false
-service_down_time = {SERVICE_DOWN_TIME}
-
-[database]
-connection = {db_url}
-
-[scheduler]
-workers = {workers}
-topic = {self.topic}
-graceful_shutdown_timeout = 10
-
-[filter_scheduler]
-enabled_filters = {",".join(plugins.filters)}
-weight_classes = {",".join(plugins.weighers)}
-
-[pci]
-alias = {aliases}
-""")
-        self.proc: subprocess.Popen | None = None
-        self.ready_s: float | None = None     # start until the first ping answered
-
-    def start(self) -> None:
-        with open(self.stderr, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "scheduler.cmd.scheduler", "--config-file",
-                 self.config], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-
-    def pids(self) -> list[int]:
-        """The daemon and its worker processes."""
-        if self.proc is None:
-            return []
-        pids = [self.proc.pid]
-        try:
-            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-                pids += [int(p) for p in f.read().split()]
-        except OSError:
-            pass
-        return pids
-
-    def peak_rss_mib(self) -> dict[int, float]:
-        """VmHWM per process, MiB."""
-        out = {}
-        for pid in self.pids():
-            try:
-                with open(f"/proc/{pid}/status") as f:
-                    for line in f:
-                        if line.startswith("VmHWM:"):
-                            out[pid] = int(line.split()[1]) / 1024
-            except OSError:
-                pass
-        return out
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def log_tail(self, lines: int = 8) -> str:
-        """The last lines of the daemon's log file and of its stderr."""
-        text = ""
-        for path in (self.log, self.stderr):
-            if os.path.exists(path):
-                with open(path, errors="replace") as f:
-                    text += "".join(f.readlines()[-lines:])
-        return text
-
-
-def mariadb_available() -> bool:
-    try:
-        engine = sa.create_engine(bench_fleet.MYSQL_URL + "/")
-        with engine.connect():
-            pass
-        engine.dispose()
-        return True
-    except Exception:
-        return False
-
-
-def e2e_available() -> str | None:
-    """None when the daemon and client can run, else why not."""
-    for mod in ("scheduler.rpcapi", "scheduler.cmd.scheduler", "scheduler.service"):
-        try:
-            __import__(mod)
-        except Exception as e:
-            return f"{mod} not importable ({type(e).__name__})"
-    import socket
-
-    host, port = TRANSPORT_URL.rsplit("@", 1)[-1].strip("/").split(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=1).close()
-    except OSError:
-        return f"RabbitMQ not answering on {host}:{port}"
-    return None
-
-
-@contextlib.contextmanager
-def running_daemon(db_url: str, workers: int, plugins: Plugins, workdir: str,
-                   start_timeout: float, concurrency: str = "eventlet"
-                   ) -> Iterator[tuple[Daemon, Any]]:
-    """A started daemon and a client on its topic; stopped afterwards."""
-    from scheduler.rpcapi import SchedulerAPI
-
-    daemon = Daemon(db_url, workers, plugins, workdir, concurrency)
-    started = time.monotonic()
-    daemon.start()
-    api = ping = None
-    try:
-        ping = SchedulerAPI(cfg.CONF, topic=daemon.topic, timeout=0.5, retry=0)
-        deadline = time.monotonic() + start_timeout
-        while True:
-            if daemon.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {daemon.proc.returncode}:\n"
-                                   f"{daemon.log_tail()}")
-            try:
-                ping.ping()
-                daemon.ready_s = time.monotonic() - started
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"daemon did not answer within {start_timeout:.0f} s"
-                                       f":\n{daemon.log_tail()}") from None
-        api = SchedulerAPI(cfg.CONF, topic=daemon.topic, timeout=120)
-        yield daemon, api
-    finally:
-        for client in (api, ping):
-            if client is not None:
-                client.close()
-        daemon.stop()
-
 
 def _warm_up(api, workers: int) -> float:
     """Make every worker load its host-state cache; returns the slowest first call (s)."""
@@ -695,34 +548,53 @@ def _add_rss(res: Results, d: Daemon, size: int, backend: str, workers: int) -> 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tox -e bench --", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
-                   help="CI mode: 1,000 hosts, small iteration counts, brief e2e (< 2 min)")
-    p.add_argument("--sizes", help="fleet sizes, e.g. 1000,10000 (default: quick 1000; "
+                   help="smoke mode: 200 hosts, a 60-operation trace, few steady iterations")
+    p.add_argument("--sizes", help="fleet sizes, e.g. 1000,10000 (default: quick 200; "
                                    "full 1000,10000,100000)")
     p.add_argument("--backends", default="sqlite,mariadb", help="sqlite,mariadb")
-    p.add_argument("--iterations", type=int, help="timed calls per request kind "
-                                                  "(default: quick 20, full 100)")
-    p.add_argument("--budget", type=float, help="max seconds per request kind "
-                                                "(default: quick 1.5, full 20)")
-    p.add_argument("--e2e-size", type=int, help="fleet size for the e2e part "
-                                                "(default: quick 1000, full 10000)")
-    p.add_argument("--e2e-requests", type=int,
-                   help="requests at 1 client (x4 at 16 clients; default quick 100, full 500)")
-    p.add_argument("--e2e-budget", type=float,
-                   help="max seconds per e2e phase (default: quick 4, full 30)")
-    p.add_argument("--no-e2e", action="store_true", help="skip the daemon part")
-    p.add_argument("--e2e-concurrency", default="eventlet",
-                   help="daemon concurrency backends for the e2e part: eventlet,threading")
-    p.add_argument("--no-rss", action="store_true",
-                   help="skip starting the daemon at sizes other than --e2e-size")
+    p.add_argument("--trace-size", type=int,
+                   help="operations in the realistic trace (default: quick 60, full 300)")
+    p.add_argument("--seed", type=int, default=42,
+                   help="fleet seed (the trace uses seed + 1)")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--realistic-only", action="store_true", help="skip the steady table")
+    only.add_argument("--steady-only", action="store_true", help="skip the realistic table")
+    p.add_argument("--e2e", action="store_true",
+                   help="also run the berth-scheduler daemon over RabbitMQ (realistic: the "
+                        "same trace; steady: 1 and 16 clients, 1 and 2 workers, RSS)")
+    p.add_argument("--e2e-size", type=int, help="fleet size for the e2e parts "
+                                                "(default: 10000 if measured, else the first)")
+    p.add_argument("--burst-threads", type=int, default=16,
+                   help="threads of the realistic group burst (0: no burst)")
+    p.add_argument("--burst-max", type=int, default=10000,
+                   help="largest fleet the burst runs on (each thread caches the fleet)")
+    p.add_argument("--profile", type=int, nargs="?", const=40, default=0, metavar="N",
+                   help="cProfile every realistic replay and print the top N (default 40) "
+                        "functions by cumulative time")
     p.add_argument("--mariadb-max", type=int, default=100000,
                    help="largest fleet loaded into MariaDB (larger: SQLite only)")
-    p.add_argument("--profile", metavar="CASE", choices=[c.name for c in CASES],
-                   help="profile one request kind (pyinstrument if installed, else "
-                        "cProfile) at every size/backend measured")
-    p.add_argument("--cases", help="in-process request kinds to run, comma-separated "
-                                   f"(default all: {','.join(c.name for c in CASES)})")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write both tables as JSON")
+    p.add_argument("--workdir", help="where databases, traces and daemon logs go (kept); "
+                                     "default: a temporary directory removed at the end")
+    steady = p.add_argument_group("steady state")
+    steady.add_argument("--iterations", type=int, help="timed calls per request kind "
+                                                       "(default: quick 5, full 100)")
+    steady.add_argument("--budget", type=float, help="max seconds per request kind "
+                                                     "(default: quick 0.5, full 20)")
+    steady.add_argument("--e2e-requests", type=int,
+                        help="requests at 1 client (x4 at 16 clients; default quick 100, "
+                             "full 500)")
+    steady.add_argument("--e2e-budget", type=float,
+                        help="max seconds per e2e phase (default: quick 4, full 30)")
+    steady.add_argument("--e2e-concurrency", default="eventlet",
+                        help="daemon concurrency backends for the e2e part: eventlet,threading")
+    steady.add_argument("--no-rss", action="store_true",
+                        help="skip starting the daemon at sizes other than --e2e-size")
+    steady.add_argument("--profile-case", metavar="CASE", choices=[c.name for c in CASES],
+                        help="profile one steady request kind (pyinstrument if installed, "
+                             "else cProfile) at every size/backend measured")
+    steady.add_argument("--cases", help="steady request kinds to run, comma-separated "
+                                        f"(default all: {','.join(c.name for c in CASES)})")
     return p.parse_args(argv)
 
 
@@ -730,11 +602,84 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     quick = args.quick
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")] if args.sizes else \
-        ([1000] if quick else [1000, 10000, 100000])
+        ([200] if quick else [1000, 10000, 100000])
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    iterations = args.iterations or (20 if quick else 100)
-    budget = args.budget or (1.5 if quick else 20.0)
-    e2e_size = args.e2e_size or (1000 if quick else 10000)
+    unknown = set(backends) - {"sqlite", "mariadb"}
+    if unknown:
+        raise SystemExit(f"unknown backend(s): {', '.join(sorted(unknown))}")
+    e2e_size = args.e2e_size or (10000 if 10000 in sizes else sizes[0])
+    started = time.perf_counter()
+    logging_quiet()
+    notes = []
+    if "mariadb" in backends and not mariadb_available():
+        backends.remove("mariadb")
+        notes.append(f"MariaDB skipped: cannot connect to {bench_fleet.MYSQL_URL}")
+        print(f"note: {notes[-1]}")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="berth-bench-")
+    os.makedirs(workdir, exist_ok=True)
+    print(f"Berth bench: sizes {sizes}, backends {backends}, seed {args.seed}, "
+          f"workdir {workdir}")
+    try:
+        return _run(args, quick, sizes, backends, e2e_size, workdir, notes, started)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, quick: bool, sizes: list[int], backends: list[str],
+         e2e_size: int, workdir: str, notes: list[str], started: float) -> int:
+
+    realistic = None
+    if not args.steady_only:
+        realistic = bench_realistic.run(
+            sizes, backends, args.trace_size or (60 if quick else 300), args.seed, workdir,
+            profile_top=args.profile, e2e=args.e2e, e2e_size=e2e_size,
+            burst_threads=args.burst_threads, mariadb_max=args.mariadb_max,
+            burst_max=args.burst_max)
+        realistic.notes.extend(notes)
+    steady = None
+    if not args.realistic_only:
+        steady = run_steady(args, sizes, backends, workdir, e2e_size)
+        steady.notes.extend(notes)
+
+    load = os.getloadavg()
+    revision = git_revision()
+    print("\n" + "=" * 100)
+    print(f"Berth benchmark — {revision}, {platform.node()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, load average {load[0]:.1f} at the end; "
+          f"{time.perf_counter() - started:.0f} s total")
+    if realistic is not None:
+        print(f"\nREALISTIC: heterogeneous fleet, mixed trace of "
+              f"{args.trace_size or (60 if quick else 300)} operations (seed {args.seed})")
+        print(realistic.table())
+    if steady is not None:
+        print("\nSTEADY STATE: identical requests repeated, first call dropped; claims "
+              "released between calls unless marked dry run")
+        print(steady.table())
+    if args.json:
+        doc = {"meta": {"revision": revision, "sizes": sizes, "backends": backends,
+                        "seed": args.seed, "quick": quick, "cpus": os.cpu_count(),
+                        "python": platform.python_version(), "loadavg_end": load,
+                        "seconds": round(time.perf_counter() - started, 1)},
+               "realistic": realistic.to_primitive() if realistic else None,
+               "steady": ({"rows": [dataclasses.asdict(r) for r in steady.rows],
+                           "notes": steady.notes} if steady else None)}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"JSON written to {args.json}")
+    if realistic is not None and not realistic.ok:
+        print(f"\nFAILED: {len(realistic.violations)} violation(s), "
+              f"{len(realistic.errors)} error(s)")
+        return 1
+    return 0
+
+
+def run_steady(args: argparse.Namespace, sizes: list[int], backends: list[str],
+               workdir: str, e2e_size: int) -> Results:
+    """The identical-request table (issue 7)."""
+    quick = args.quick
+    iterations = args.iterations or (5 if quick else 100)
+    budget = args.budget or (0.5 if quick else 20.0)
     e2e_requests = args.e2e_requests or (100 if quick else 500)
     e2e_budget = args.e2e_budget or (4.0 if quick else 30.0)
     cases = CASES
@@ -744,30 +689,22 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown case(s): {', '.join(sorted(unknown))}")
         cases = tuple(c for c in CASES if c.name in wanted)
-    started = time.perf_counter()
-
-    logging_quiet()
     plugins = configure()
     res = Results()
-    print(f"Berth bench: sizes {sizes}, backends {backends}, {iterations} iterations "
-          f"(budget {budget:g} s per kind), seed {args.seed}")
+    print(f"\n== steady state: {iterations} iterations (budget {budget:g} s per kind) ==")
     print(f"filters: {', '.join(plugins.filters)}")
     print(f"weighers: {', '.join(plugins.weighers)}")
     if plugins.missing:
         res.note("not installed yet, left out: " + ", ".join(plugins.missing))
-    if "mariadb" in backends and not mariadb_available():
-        backends.remove("mariadb")
-        res.note(f"MariaDB skipped: cannot connect to {bench_fleet.MYSQL_URL}")
-    e2e_skip = "--no-e2e" if args.no_e2e else e2e_available()
+    e2e_skip = "not asked (--e2e)" if not args.e2e else e2e_available()
     if e2e_skip:
         res.add("e2e", f"e2e: skipped — {e2e_skip}", 0, "", None, "")
-    workdir = tempfile.mkdtemp(prefix="berth-bench-")
 
     for size in sizes:
         t0 = time.perf_counter()
         fleet = bench_fleet.generate_fleet(size, args.seed)
         c = fleet.counts()
-        print(f"\n== {size:,} hosts: generated in {time.perf_counter() - t0:.1f} s: "
+        print(f"\n== steady {size:,} hosts: generated in {time.perf_counter() - t0:.1f} s: "
               f"{c['numa_hosts']:,} NUMA, {c['pci_hosts']:,} with PCI "
               f"({c['pci_devices']:,} devices), {c['allocations']:,} allocations, "
               f"{c['aggregates']} aggregates ==")
@@ -784,8 +721,8 @@ def main(argv: list[str] | None = None) -> int:
                 res.add("load.bulk_s", "bulk load of the fleet (Core executemany)", size,
                         backend, load_s, "s", f"{c['pci_devices']:,} PCI rows, "
                         f"{c['allocations']:,} allocations")
-                bench_inprocess(bdb.db, size, backend, res, iterations, budget, args.profile,
-                                cases)
+                bench_inprocess(bdb.db, size, backend, res, iterations, budget,
+                                args.profile_case, cases)
                 if backend == daemon_backend and not e2e_skip:
                     bdb.db.dispose()
                     if size == e2e_size:
@@ -798,29 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 bdb.drop()
         del fleet
-
-    load = os.getloadavg()
-    print("\n" + "=" * 100)
-    revision = git_revision()
-    print(f"Berth benchmark — {revision}, {platform.node()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, load average {load[0]:.1f} at the end; in-process "
-          f"requests claim and release unless marked dry run; "
-          f"{time.perf_counter() - started:.0f} s total")
-    print(res.table())
-    if args.json:
-        doc = {"meta": {"revision": revision, "sizes": sizes, "backends": backends,
-                        "iterations": iterations,
-                        "seed": args.seed, "quick": quick, "filters": plugins.filters,
-                        "weighers": plugins.weighers, "missing_plugins": plugins.missing,
-                        "cpus": os.cpu_count(), "python": platform.python_version(),
-                        "loadavg_end": load,
-                        "seconds": round(time.perf_counter() - started, 1)},
-               "rows": [dataclasses.asdict(r) for r in res.rows],
-               "notes": res.notes}
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-        print(f"JSON written to {args.json}")
-    return 0
+    return res
 
 
 def git_revision() -> str:
