@@ -144,6 +144,19 @@ def check_fit(host: HostTopology, instance: InstanceTopology,
                    isolate_on_smt)[1]
 
 
+def choose_cells(host: HostTopology, instance: InstanceTopology,
+                 limits: Limits | None = NO_OVERCOMMIT, strategy: str = PACK,
+                 isolate_on_smt: str = RESERVE_SIBLINGS) -> tuple[frozenset[int] | None,
+                                                                  str | None]:
+    """The host cell ids ``fit_instance_to_host`` (without PCI) would put the guest
+    on, and None; or (None, reason). No CPUs are picked."""
+    chosen, reason = _choose(host, instance, limits, None, None, None, strategy,
+                             isolate_on_smt)
+    if chosen is None:
+        return None, reason
+    return frozenset(host.cells[j].id for j, _ in chosen), None
+
+
 class _Rules(NamedTuple):
     """What the per-cell checks read besides the cells: the ratios (None: no limits
     object) and what ``isolate`` does on SMT cells."""

@@ -455,11 +455,10 @@ def _fit_numa(spec, sig, check_only: bool):
     if reason is None:
         return fitted, None
     # Say which device request failed on the cells the guest would take.
-    bare = fitting.fit_instance_to_host(topology, guest, limits=limits,
-                                        isolate_on_smt=isolate_on_smt)
-    if bare.fitted is None:
+    cells, _ = fitting.choose_cells(topology, guest, limits=limits,
+                                    isolate_on_smt=isolate_on_smt)
+    if cells is None:
         return None, reason
-    cells = frozenset(c.host_cell_id for c in bare.fitted.cells)
     return None, _pci_reason(pools, socket_of, spec, cells)
 
 

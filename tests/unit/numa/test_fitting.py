@@ -484,3 +484,39 @@ def test_shared_instance_cell_fits_by_default_limits():
     cell = host_cell(cpuset=range(4), memory_mb=2048)
     instance = guest(InstanceCell(id=0, cpuset=frozenset(range(4)), memory_mb=2048))
     assert fit(host(cell), instance).fits
+
+
+def test_choose_cells_is_the_cells_of_the_fit():
+    """``choose_cells`` picks no CPUs but the same cells as the full fit."""
+    import random
+
+    from numa import fitting as fit_mod
+    from numa import topology as topo
+
+    rng = random.Random(11)
+    compared = 0
+    for _ in range(300):
+        cells = []
+        for cid in range(rng.choice([1, 2, 4])):
+            pcpus = set(range(cid * 8, cid * 8 + 8))
+            pinned = set(rng.sample(sorted(pcpus), rng.randrange(0, 8)))
+            cells.append({"id": cid, "cpuset": [], "pcpuset": sorted(pcpus),
+                          "siblings": [[c, c + 1] for c in range(cid * 8, cid * 8 + 8, 2)],
+                          "memory_mb": 16384, "pinned_cpus": sorted(pinned),
+                          "memory_usage": rng.choice([0, 4096, 12288])})
+        host = topo.HostTopology.from_primitive({"cells": cells})
+        n = rng.choice([1, 2])
+        vcpus = rng.choice([2, 4, 6]) * n
+        guest = topo.InstanceTopology.from_primitive({"cells": [
+            {"id": i, "pcpuset": list(range(i * vcpus // n, (i + 1) * vcpus // n)),
+             "memory_mb": 2048, "cpu_policy": "dedicated",
+             "cpu_thread_policy": rng.choice([None, "isolate", "require"])}
+            for i in range(n)]})
+        full = fit_mod.fit_instance_to_host(host, guest)
+        cells_only, reason = fit_mod.choose_cells(host, guest)
+        if full.fitted is None:
+            assert cells_only is None and reason == full.reason
+        else:
+            assert cells_only == frozenset(c.host_cell_id for c in full.fitted.cells)
+            compared += 1
+    assert compared > 50
