@@ -123,6 +123,10 @@ class _Request:
     local_group: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
+class _AlreadyPlaced(Exception):
+    """A claim found its instance holding an allocation already."""
+
+
 def _stored_spec(spec: RequestSpec) -> str:
     """The request as stored with each of its allocations (for reschedules, and
     to recognise a retry of the same request)."""
@@ -196,10 +200,10 @@ class FilterScheduler:
         """
         timings = metrics.SelectTimings()
         uuids = self._instance_uuids(spec, instance_uuids)
-        if not dry_run and (instance_uuids or spec.instance_uuids):
-            earlier = self._earlier_placements(spec, uuids)
-            if earlier is not None:
-                return earlier
+        # Named instances may hold allocations already: a retry after a lost
+        # reply. That shows as a duplicate claim, or as no room left (the
+        # request's own claims took it); only then is it looked up.
+        named = not dry_run and bool(instance_uuids or spec.instance_uuids)
         self.host_manager.refresh()
         timings.phase("refresh", timings.started)
         keep = max(self.conf.filter_scheduler.host_subset_size,
@@ -227,18 +231,31 @@ class FilterScheduler:
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
             outcome = "placed"
-        except exception.NoValidHost as e:
-            outcome = "no valid host"
-            LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
-                     e.reason)
+        except _AlreadyPlaced as e:
             self._undo(claimed)
-            raise
+            earlier = self._earlier_placements(spec, uuids) if not claimed else None
+            if earlier is None:
+                outcome = "invalid request"
+                raise exception.InvalidRequest(
+                    field="instance_uuids", reason=f"already allocated: {e}") from None
+            outcome, results = "placed earlier", earlier
+        except exception.NoValidHost as e:
+            self._undo(claimed)
+            earlier = self._earlier_placements(spec, uuids) if named else None
+            if earlier is None:
+                outcome = "no valid host"
+                LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
+                         e.reason)
+                raise
+            outcome, results = "placed earlier", earlier
         except Exception as e:
             outcome = f"failed ({type(e).__name__})"
             self._undo(claimed)
             raise
         finally:
             timings.placed = len(results) if outcome == "placed" else 0
+            if outcome == "placed earlier":
+                outcome = "placed"
             elapsed = timings.record(req.cycle.filter_seconds, req.cycle.weigher_seconds,
                                      dry_run, outcome, self.conf.scheduler.slow_request_ms,
                                      spec.num_instances)
@@ -456,9 +473,7 @@ class FilterScheduler:
                     self.host_manager.apply_claim(host, req.spec, consumed)
                     return consumed
             except claims.DuplicateAllocation:
-                raise exception.InvalidRequest(
-                    field="instance_uuids",
-                    reason=f"already allocated: {instance_uuid}") from None
+                raise _AlreadyPlaced(instance_uuid) from None
             except claims.GroupPolicyConflict as e:
                 metrics.count_claim_conflict("group_policy")
                 LOG.info("Claim on %s refused by its server group (%s); reading the "

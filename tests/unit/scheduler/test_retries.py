@@ -117,3 +117,21 @@ def test_the_client_retries_a_lost_reply_with_the_same_uuids(sqlite_db, sched):
         transport.cleanup()
         for name in ("topic", "long_rpc_timeout", "select_retries"):
             cfg.CONF.clear_override(name, group="scheduler")
+
+
+def test_a_retry_when_its_own_claims_filled_the_fleet(sqlite_db):
+    """The first call took the last room; the retry finds no host, yet gets its
+    placements (a retry is recognised on that path too)."""
+    conf = cfg.CONF
+    conf([], project="berth")
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(
+        {"hosts": [{"host": "only", "vcpus": 4, "memory_mb": 4096, "local_gb": 100,
+                    "cpu_allocation_ratio": 1.0}]}))
+    s = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    uuids = [str(uuid.uuid4()) for _ in range(2)]
+    first = s.select_destinations(s.parse_request(SPEC), uuids)
+    again = s.select_destinations(s.parse_request(SPEC), uuids)
+    assert [sel[0].host for sel in again] == [sel[0].host for sel in first] == ["only"] * 2
+    with pytest.raises(exception.NoValidHost):
+        s.select_destinations(s.parse_request(SPEC), [str(uuid.uuid4()) for _ in range(2)])
+    assert len(_allocations(sqlite_db)) == 2
