@@ -48,16 +48,17 @@ cfg.CONF.register_opts(metrics_weight_opts, group="metrics")
 LIST_OPTS = [("metrics", metrics_weight_opts)]
 
 
-def parse_weight_setting(entries) -> tuple[tuple[str, float], ...]:
+def parse_weight_setting(entries, field: str = "metrics.weight_setting"
+                         ) -> tuple[tuple[str, float], ...]:
     """``["name=ratio", ...]`` -> ((name, ratio), ...); raises InvalidRequest
-    naming ``metrics.weight_setting`` for a malformed entry or a repeated name."""
+    naming the option (``field``) for a malformed entry or a repeated name."""
     out: list[tuple[str, float]] = []
     seen: set[str] = set()
     for entry in entries or ():
         name, sep, ratio = entry.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise exception.InvalidRequest(field="metrics.weight_setting",
+            raise exception.InvalidRequest(field=field,
                                            reason=f"expected name=ratio, got {entry!r}")
         try:
             value = float(ratio)
@@ -65,10 +66,10 @@ def parse_weight_setting(entries) -> tuple[tuple[str, float], ...]:
             value = math.nan
         if not math.isfinite(value):
             raise exception.InvalidRequest(
-                field="metrics.weight_setting",
+                field=field,
                 reason=f"ratio of {name} is not a finite number: {ratio.strip()!r}")
         if name in seen:
-            raise exception.InvalidRequest(field="metrics.weight_setting",
+            raise exception.InvalidRequest(field=field,
                                            reason=f"{name} is listed twice")
         seen.add(name)
         out.append((name, value))
