@@ -39,7 +39,7 @@ ALL_FILTERS = [
     "AggregateNumInstancesFilter", "IoOpsFilter", "AggregateIoOpsFilter",
     "NUMATopologyFilter", "PciPassthroughFilter", "AggregateImagePropertiesIsolation",
     "AggregateMultiTenancyIsolation", "AggregateTypeAffinityFilter", "IsolatedHostsFilter",
-    "JsonFilter", "MetricsFilter", "SimpleCIDRAffinityFilter",
+    "JsonFilter", "MetricsFilter", "SimpleCIDRAffinityFilter", "RetryFilter",
 ]
 ALL_WEIGHERS = [
     "RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "NumInstancesWeigher",
