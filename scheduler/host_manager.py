@@ -401,7 +401,10 @@ class HostManager:
                 for inst, group in hs.instances.items():
                     if group:
                         self._uncount_group(group, hs.host)
-                    self._instance_node.pop(inst, None)
+                    # An instance that moved (reschedule) may already be indexed
+                    # on its new node, re-read before this one: keep that.
+                    if self._instance_node.get(inst) == hs.node_id:
+                        del self._instance_node[inst]
                 hs.instances = {}
                 for inst, group in by_node.get(hs.node_id, {}).items():
                     self._place(hs, inst, group)
@@ -471,7 +474,8 @@ class HostManager:
             return
         with self._index_lock:
             for inst, group in hs.instances.items():
-                self._instance_node.pop(inst, None)
+                if self._instance_node.get(inst) == hs.node_id:
+                    del self._instance_node[inst]
                 if group:
                     self._uncount_group(group, hs.host)
 
