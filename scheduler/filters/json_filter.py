@@ -24,9 +24,10 @@ The query is parsed and checked once, when the request is validated
 (``RequestSpec.from_primitive``): a malformed query is an ``InvalidRequest``
 naming the position, and its size is bounded (``MAX_QUERY_CHARS`` of JSON,
 ``MAX_QUERY_NODES`` operators and operands, ``MAX_QUERY_DEPTH`` levels), so
-evaluating it on a host costs at most a few hundred steps. Queries that read
-only static host values (hypervisor, stats, metrics, capacities…) are asked
-once per class of hosts alike; queries reading usage or names, host by host.
+evaluating it costs at most a few hundred steps. Numeric host values with a
+host column (free RAM and disk, vCPUs, usage counts, ratios) are compared over
+all hosts at once; the others are gathered once per request and compared host
+by host.
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ import math
 import operator
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from scheduler.exception import InvalidRequest
 from scheduler.filters import SKIP, BaseHostFilter
@@ -52,13 +55,6 @@ _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _LOGICAL = ("not", "and", "or")
 OPERATORS = (*_COMPARISONS, "in", *_LOGICAL)
-
-#: HostState attributes that change as instances are placed or are unique per
-#: host: a query reading them is answered host by host.
-_PER_HOST = frozenset({"host", "nodename", "uuid", "host_ip", "vcpus_used", "free_vcpus",
-                       "memory_mb_used", "free_ram_mb", "disk_mb_used", "free_disk_mb",
-                       "num_instances", "num_io_ops", "failed_builds"})
-
 
 class _Missing:
     """A ``$variable`` the host lacks."""
@@ -97,12 +93,10 @@ class Expression:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Query:
-    """A checked query: the expression, its canonical text and whether it reads
-    per-host values."""
+    """A checked query: the expression and its canonical text."""
 
     expression: Expression
     text: str
-    per_host: bool
 
 
 def _short(value: Any) -> str:
@@ -131,12 +125,11 @@ def parse_query(raw: Any) -> Query | None:
     else:
         data = raw
     counter = [0]
-    reads: set[str] = set()
-    expression = _expression(data, "", 1, counter, reads)
+    expression = _expression(data, "", 1, counter)
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)
     if len(text) > MAX_QUERY_CHARS:
         raise _invalid("", f"longer than {MAX_QUERY_CHARS} characters")
-    return Query(expression, text, bool(reads & _PER_HOST))
+    return Query(expression, text)
 
 
 def _count(counter: list[int]) -> None:
@@ -145,8 +138,7 @@ def _count(counter: list[int]) -> None:
         raise _invalid("", f"more than {MAX_QUERY_NODES} operators and operands")
 
 
-def _expression(data: Any, where: str, depth: int, counter: list[int],
-                reads: set[str]) -> Expression:
+def _expression(data: Any, where: str, depth: int, counter: list[int]) -> Expression:
     if not isinstance(data, list | tuple):
         raise _invalid(where, f"expected a list [operator, operand, ...], got {_short(data)}")
     if depth > MAX_QUERY_DEPTH:
@@ -169,14 +161,14 @@ def _expression(data: Any, where: str, depth: int, counter: list[int],
     for i, arg in enumerate(args, start=1):
         at = f"{where}[{i}]"
         if isinstance(arg, list | tuple):
-            operands.append(_expression(arg, at, depth + 1, counter, reads))
+            operands.append(_expression(arg, at, depth + 1, counter))
             continue
         _count(counter)
-        operands.append(_operand(arg, at, reads))
+        operands.append(_operand(arg, at))
     return Expression(op, tuple(operands))
 
 
-def _operand(arg: Any, where: str, reads: set[str]) -> Any:
+def _operand(arg: Any, where: str) -> Any:
     if isinstance(arg, str):
         if not arg.startswith("$"):
             return arg
@@ -187,7 +179,6 @@ def _operand(arg: Any, where: str, reads: set[str]) -> Any:
                                   f"{', '.join('$' + k for k in sorted(HOST_ATTRIBUTES))}")
         if any(not p for p in path):
             raise _invalid(where, f"empty name in variable {arg!r}")
-        reads.add(attribute)
         return Variable(attribute, tuple(path))
     if isinstance(arg, bool):
         return arg
@@ -251,8 +242,104 @@ def evaluate(expression: Expression, host) -> Any:
     return all(_compare(compare, first, v) for v in rest)
 
 
+# -- the same evaluation over the host columns ----------------------------------------
+
+#: Host values that are always numbers and have a column holding exactly them.
+_COLUMNS: dict[str, Callable[[Any], np.ndarray]] = {
+    "free_ram_mb": lambda c: c.free_ram,
+    "free_disk_mb": lambda c: c.free_disk,
+    "vcpus": lambda c: c.vcpus,
+    "vcpus_used": lambda c: c.vcpus_used,
+    "free_vcpus": lambda c: c.vcpus_usable - c.vcpus_used,
+    "memory_mb_used": lambda c: c.memory_used,
+    "disk_mb_used": lambda c: c.disk_used,
+    "local_gb": lambda c: c.disk_total / 1024,
+    "num_instances": lambda c: c.num_instances,
+    "num_io_ops": lambda c: c.num_io_ops,
+    "failed_builds": lambda c: c.failed_builds,
+    "cpu_allocation_ratio": lambda c: c.cpu_ratio,
+    "ram_allocation_ratio": lambda c: c.ram_ratio,
+    "disk_allocation_ratio": lambda c: c.disk_ratio,
+}
+_NUMPY_OPS: dict[str, Callable] = {"=": np.equal, "<": np.less, ">": np.greater,
+                                   "<=": np.less_equal, ">=": np.greater_equal}
+
+# A value over the rows: ("num", float array), ("obj", object array), ("bool", bool
+# array) or ("lit", one Python value for every row).
+
+
+def _rows(node: Any, cols, gathered: dict) -> tuple[str, Any]:
+    if isinstance(node, Expression):
+        return "bool", evaluate_rows(node, cols, gathered)
+    if isinstance(node, Variable):
+        column = _COLUMNS.get(node.attribute)
+        if column is not None and not node.path:
+            return "num", column(cols)
+        values = gathered.get(node)
+        if values is None:
+            values = gathered[node] = np.empty(cols.n, dtype=object)
+            values[:] = [node.value(h) for h in cols.hosts]
+        return "obj", values
+    return "lit", node
+
+
+def _objects(kind: str, value: Any, n: int) -> list:
+    if kind == "lit":
+        return [value] * n
+    return value.tolist()
+
+
+def _compare_rows(op: str, a: tuple[str, Any], b: tuple[str, Any], n: int) -> np.ndarray:
+    (ka, va), (kb, vb) = a, b
+    if ka == "num" and kb == "num":
+        return _NUMPY_OPS[op](va, vb)
+    if {ka, kb} == {"num", "lit"}:
+        literal = vb if kb == "lit" else va
+        number = _number(literal) if not isinstance(literal, bool) else None
+        if number is None:
+            return np.zeros(n, dtype=bool)
+        return _NUMPY_OPS[op](va, number) if kb == "lit" else _NUMPY_OPS[op](number, vb)
+    compare = _COMPARISONS[op]
+    return np.fromiter((_compare(compare, x, y) for x, y in
+                        zip(_objects(ka, va, n), _objects(kb, vb, n), strict=True)),
+                       dtype=bool, count=n)
+
+
+def _truth_rows(value: tuple[str, Any], n: int) -> np.ndarray:
+    kind, v = value
+    if kind == "bool":
+        return v
+    if kind == "num":
+        return v != 0
+    if kind == "lit":
+        return np.full(n, _truth(v), dtype=bool)
+    return np.fromiter((_truth(x) for x in v.tolist()), dtype=bool, count=n)
+
+
+def evaluate_rows(expression: Expression, cols, gathered: dict | None = None) -> np.ndarray:
+    """``evaluate`` on every row of ``cols`` at once: true where the host passes.
+    Numeric host values come from their columns; others are gathered once."""
+    if gathered is None:
+        gathered = {}
+    n = cols.n
+    values = [_rows(o, cols, gathered) for o in expression.operands]
+    op = expression.op
+    if op in _LOGICAL:
+        truths = [_truth_rows(v, n) for v in values]
+        if op == "not":
+            return ~truths[0]
+        return np.logical_and.reduce(truths) if op == "and" else np.logical_or.reduce(truths)
+    first, rest = values[0], values[1:]
+    if op == "in":
+        return np.logical_or.reduce([_compare_rows("=", first, v, n) for v in rest])
+    return np.logical_and.reduce([_compare_rows(op, first, v, n) for v in rest])
+
+
 class JsonFilter(BaseHostFilter):
-    """Removes hosts on which the request's ``query`` hint is false."""
+    """Removes hosts on which the request's ``query`` hint is false: numeric host
+    values are compared as columns over all hosts at once, others gathered
+    per host. ``host_passes`` is the same rule host by host (the conformance
+    check compares both)."""
 
     # Queries may read usage, which earlier instances of the request change.
     run_filter_once_per_request = False
@@ -261,23 +348,15 @@ class JsonFilter(BaseHostFilter):
         query = request.spec.scheduler_hints.query
         return SKIP if query is None else query
 
-    def class_key(self, host):
-        return (host.hypervisor_type, host.hypervisor_version,
-                json.dumps(host.cpu_info, sort_keys=True, default=str),
-                tuple(tuple(inst) for inst in host.supported_instances),
-                host.availability_zone, json.dumps(host.stats, sort_keys=True, default=str),
-                json.dumps(host.metrics, sort_keys=True, default=str), host.vcpus,
-                host.memory_mb, host.local_gb, host.cpu_allocation_ratio,
-                host.ram_allocation_ratio, host.disk_allocation_ratio)
-
-    def class_for(self, query: Query) -> str | None:
-        return None if query.per_host else ""
-
-    def memo_key(self, query: Query):
-        return query.text
+    def refusals(self, cols, query: Query):
+        return [(_reason(query), ~evaluate_rows(query.expression, cols))]
 
     def host_passes(self, host, query: Query) -> str | None:
         if _truth(evaluate(query.expression, host)):
             return None
-        text = query.text if len(query.text) <= 120 else query.text[:117] + "..."
-        return f"query {text} is false"
+        return _reason(query)
+
+
+def _reason(query: Query) -> str:
+    text = query.text if len(query.text) <= 120 else query.text[:117] + "..."
+    return f"query {text} is false"

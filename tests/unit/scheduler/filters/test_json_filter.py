@@ -122,15 +122,30 @@ def test_size_and_depth_are_bounded():
     _spec(ok)
 
 
-def test_usage_queries_are_asked_per_host_static_ones_per_class():
+def test_vector_form_equals_the_per_host_form_on_edge_cases():
     flt = JsonFilter(cfg.CONF)
-    usage = flt.prepare(testing.request(_spec('[">", "$free_ram_mb", 1]')))
-    static = flt.prepare(testing.request(_spec('["=", "$stats.tier", "gold"]')))
-    by_name = flt.prepare(testing.request(_spec('["=", "$hypervisor_hostname", "h1"]')))
-    assert flt.class_for(usage) is None
-    assert flt.class_for(by_name) is None
-    assert flt.class_for(static) == ""
-    assert not JsonFilter.run_filter_once_per_request
+    assert flt.has_vector and flt.has_per_host
+    hosts = [_host(), _host(stats={"cores": "abc"}), _host(hypervisor_version=None),
+             _host(vcpus_used=7, reserved_host_cpus=1), _host(local_gb=0, stats={}),
+             _host(cpu_allocation_ratio=2.0, metrics={"load": True}), _host(memory_mb_used=0)]
+    queries = [
+        [">=", "$free_vcpus", 1], ["=", "$local_gb", 100], [">", "$cpu_allocation_ratio", 1.5],
+        ["<", "$vcpus_used", "$vcpus"], [">=", "$free_ram_mb", "12288"], ["=", "$vcpus", "x"],
+        ["=", "$vcpus", True], [">", "$stats.cores", 4], ["=", "$hypervisor_version", 8002000],
+        ["not", "$hypervisor_version"], ["and", "$metrics.load", "$vcpus"],
+        ["or", "$num_instances", ["=", "$stats.cores", "16"]],
+        ["=", ["<", "$vcpus", 16], True], ["in", "$free_disk_mb", 102400, "5"],
+        ["<", 1, "$vcpus", "$free_ram_mb"], ["and", 0, "$vcpus"], ["or", "x", ["<", 1, 0]],
+    ] + [[op, "$vcpus", 8] for op in ("=", "<", ">", "<=", ">=")] + \
+        [[op, 8, "$vcpus"] for op in ("=", "<", ">", "<=", ">=")] + \
+        [[op, "$vcpus", "$vcpus"] for op in ("=", "<", ">", "<=", ">=")]
+    requests = [testing.request(_spec(json.dumps(q))) for q in queries]
+    testing.check_filter(flt, hosts, requests)
+    # And the answers are what the rule says (not only the same twice).
+    answers = [testing.answers(flt, hosts, r) for r in requests]
+    assert [a is None for a in answers[0]] == [True, True, True, False, True, True, True]
+    assert [a is None for a in answers[7]] == [True, False, True, True, False, True, True]
+    assert [a is None for a in answers[9]] == [False, False, True, False, False, False, False]
 
 
 def test_conformance_on_many_hosts():
