@@ -300,9 +300,36 @@ def _compare_rows(op: str, a: tuple[str, Any], b: tuple[str, Any], n: int) -> np
             return np.zeros(n, dtype=bool)
         return _NUMPY_OPS[op](va, number) if kb == "lit" else _NUMPY_OPS[op](number, vb)
     compare = _COMPARISONS[op]
+    if "lit" in (ka, kb):
+        # Hosts mostly share values (one hypervisor type, a few tiers): compare
+        # each distinct value once.
+        literal = vb if kb == "lit" else va
+        values = _objects(ka, va, n) if kb == "lit" else _objects(kb, vb, n)
+        if kb == "lit":
+            def one(x):
+                return _compare(compare, x, literal)
+        else:
+            def one(x):
+                return _compare(compare, literal, x)
+        return _each_distinct(one, values, n)
     return np.fromiter((_compare(compare, x, y) for x, y in
                         zip(_objects(ka, va, n), _objects(kb, vb, n), strict=True)),
                        dtype=bool, count=n)
+
+
+def _each_distinct(fn: Callable[[Any], bool], values: list, n: int) -> np.ndarray:
+    """``fn`` of every value, computed once per distinct hashable value."""
+    seen: dict = {}
+    out = np.empty(n, dtype=bool)
+    for i, x in enumerate(values):
+        try:
+            r = seen.get((type(x), x))
+            if r is None:
+                r = seen[(type(x), x)] = fn(x)
+        except TypeError:             # unhashable (a dict or a list)
+            r = fn(x)
+        out[i] = r
+    return out
 
 
 def _truth_rows(value: tuple[str, Any], n: int) -> np.ndarray:
@@ -313,7 +340,7 @@ def _truth_rows(value: tuple[str, Any], n: int) -> np.ndarray:
         return v != 0
     if kind == "lit":
         return np.full(n, _truth(v), dtype=bool)
-    return np.fromiter((_truth(x) for x in v.tolist()), dtype=bool, count=n)
+    return _each_distinct(_truth, v.tolist(), n)
 
 
 def evaluate_rows(expression: Expression, cols, gathered: dict | None = None) -> np.ndarray:
