@@ -5,6 +5,7 @@ Core (not ORM) selects: these run on every request at 10,000+ hosts.
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Iterable
 
 import sqlalchemy as sa
@@ -106,6 +107,9 @@ def load_aggregates(conn: Connection) -> list[dict]:
 
 _INSTANCES = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid,
                        _alloc.c.instance_group)
+_IMAGES = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid, _alloc.c.request_spec)
+_IMAGES_BY_NODE = _IMAGES.where(
+    _alloc.c.compute_node_id.in_(sa.bindparam("ids", expanding=True)))
 _INSTANCES_BY_NODE = _INSTANCES.where(
     _alloc.c.compute_node_id.in_(sa.bindparam("ids", expanding=True)))
 
@@ -123,3 +127,36 @@ def instances_by_node(conn: Connection, node_ids: Iterable[int] | None = None
         for node_id, inst, group in result:
             out.setdefault(node_id, {})[inst] = group
     return out
+
+
+def instance_images_by_node(conn: Connection, node_ids: Iterable[int] | None = None
+                            ) -> dict[int, dict[str, frozenset[tuple[str, str]]]]:
+    """node id -> {instance_uuid: its image's (property, value) pairs}, from the
+    request each allocation answered (ImagePropertiesWeigher)."""
+    if node_ids is None:
+        results = [conn.execute(_IMAGES)]
+    else:
+        results = [conn.execute(_IMAGES_BY_NODE, {"ids": chunk})
+                   for chunk in chunks(list(node_ids))]
+    out: dict[int, dict[str, frozenset[tuple[str, str]]]] = {}
+    for result in results:
+        for node_id, inst, text in result:
+            out.setdefault(node_id, {})[inst] = image_pairs(_image_properties(text))
+    return out
+
+
+def image_pairs(properties) -> frozenset[tuple[str, str]]:
+    """An image's properties as (property, value) pairs."""
+    return frozenset((str(k), str(v)) for k, v in (properties or {}).items())
+
+
+def _image_properties(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return {}
+    image = spec.get("image") if isinstance(spec, dict) else None
+    props = image.get("properties") if isinstance(image, dict) else None
+    return props if isinstance(props, dict) else {}

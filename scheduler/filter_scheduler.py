@@ -153,6 +153,9 @@ class FilterScheduler:
             if step.flt.has_classes:    # per-host filters and vector ones that use classes
                 for column, key_fn in step.flt.class_columns().items():
                     host_manager.register_class(column, key_fn)
+        if not host_manager.load_instance_images:
+            host_manager.load_instance_images = any(
+                getattr(w, "reads_instance_images", False) for w in self.weighers)
         self.pci_aliases = self._parse_aliases(conf.pci.alias)
         if not host_manager.load_pci_pools:
             host_manager.load_pci_pools = any(f.name == "PciPassthroughFilter"
@@ -227,7 +230,8 @@ class FilterScheduler:
                         self._show_dry_claim(req, chosen, consumed, instance_uuid)
                 else:
                     claimed.append(instance_uuid)
-                    self.host_manager.note_placed(chosen, instance_uuid, group)
+                    self.host_manager.note_placed(chosen, instance_uuid, group,
+                                                  spec.image.properties)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
             outcome = "placed"
@@ -507,6 +511,9 @@ class FilterScheduler:
         what_if = host.copy()
         what_if.apply(req.spec, consumed)
         what_if.instances[instance_uuid] = req.group
+        if self.host_manager.load_instance_images:
+            what_if.instance_images[instance_uuid] = frozenset(
+                req.spec.image.properties.items())
         req.cycle.overlay(row, what_if)
 
     def _persister(self, spec: RequestSpec, instance_uuid: str):

@@ -67,10 +67,12 @@ class HostManager:
     """Owns the HostState cache for one scheduler process."""
 
     def __init__(self, db: Database, conf: cfg.ConfigOpts = cfg.CONF,
-                 load_pci_pools: bool = False) -> None:
+                 load_pci_pools: bool = False, load_instance_images: bool = False) -> None:
         self.db = db
         self.conf = conf
         self.load_pci_pools = load_pci_pools
+        #: Keep each host's instances' image properties (HostState.instance_images).
+        self.load_instance_images = load_instance_images
         self._hosts: dict[int, HostState] = {}
         self._ordered: list[HostState] = []
         self._by_host: dict[str, list[HostState]] = {}
@@ -253,9 +255,12 @@ class HostManager:
             fn()
 
     # -- instance / group index, kept in step with consume and release ----
-    def note_placed(self, host: HostState, instance_uuid: str, group: str | None) -> None:
+    def note_placed(self, host: HostState, instance_uuid: str, group: str | None,
+                    image_properties=None) -> None:
         with self._index_lock:
             self._place(host, instance_uuid, group)
+            if self.load_instance_images:
+                host.instance_images[instance_uuid] = queries.image_pairs(image_properties)
 
     def note_released(self, instance_uuid: str) -> None:
         with self._index_lock:
@@ -264,6 +269,7 @@ class HostManager:
             if host is None:
                 return
             group = host.instances.pop(instance_uuid, None)
+            host.instance_images.pop(instance_uuid, None)
             if group:
                 self._uncount_group(group, host.host)
 
@@ -352,6 +358,8 @@ class HostManager:
         ids = [row["id"] for _, row in todo]
         metrics.count_nodes_reloaded(len(ids))
         by_node = queries.instances_by_node(conn, ids)
+        images = queries.instance_images_by_node(conn, ids) if self.load_instance_images \
+            else None
         pools = None
         if self.load_pci_pools:
             from db import pci as db_pci
@@ -378,27 +386,35 @@ class HostManager:
                     hs.pci_pools = pools.get(hs.node_id, ())
                 hs.set_aggregates(self._aggs_by_host.get(hs.host, ()), default_az)
             updated.append(hs)
-        self._index_instances(updated, by_node)
+        self._index_instances(updated, by_node, images)
         if added:
             self._reindex()
 
     def _load_instances(self, conn, node_ids) -> None:
         by_node = queries.instances_by_node(conn, node_ids)
+        images = queries.instance_images_by_node(conn, node_ids) \
+            if self.load_instance_images else None
         targets = self._hosts.values() if node_ids is None else \
             [self._hosts[i] for i in node_ids if i in self._hosts]
-        self._index_instances(targets, by_node)
+        self._index_instances(targets, by_node, images)
 
-    def _index_instances(self, targets, by_node) -> None:
-        """Make ``targets``' instances (and the indexes) those of ``by_node``."""
+    def _index_instances(self, targets, by_node, images=None) -> None:
+        """Make ``targets``' instances (and the indexes) those of ``by_node``
+        (and their image properties those of ``images``, when given)."""
         with self._index_lock:
             for hs in targets:
                 for inst, group in hs.instances.items():
                     if group:
                         self._uncount_group(group, hs.host)
-                    self._instance_node.pop(inst, None)
+                    # An instance that moved (reschedule) may already be indexed
+                    # on its new node, re-read before this one: keep that.
+                    if self._instance_node.get(inst) == hs.node_id:
+                        del self._instance_node[inst]
                 hs.instances = {}
                 for inst, group in by_node.get(hs.node_id, {}).items():
                     self._place(hs, inst, group)
+                if images is not None:
+                    hs.instance_images = dict(images.get(hs.node_id, {}))
 
     def _load_pools(self, conn, node_ids) -> None:
         from db import pci as db_pci
@@ -463,7 +479,8 @@ class HostManager:
             return
         with self._index_lock:
             for inst, group in hs.instances.items():
-                self._instance_node.pop(inst, None)
+                if self._instance_node.get(inst) == hs.node_id:
+                    del self._instance_node[inst]
                 if group:
                     self._uncount_group(group, hs.host)
 

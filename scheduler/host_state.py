@@ -134,7 +134,8 @@ class HostState:
         "hypervisor_type", "hypervisor_version", "host_ip", "cpu_info",
         "supported_instances", "stats", "metrics", "disabled", "disabled_reason",
         "last_heartbeat", "numa_topology", "pci_pools", "aggregates",
-        "availability_zone", "instances", "generation", "updated", "version",
+        "availability_zone", "instances", "instance_images", "generation", "updated",
+        "version",
         "_lock_name", "__weakref__",
     )
 
@@ -165,6 +166,9 @@ class HostState:
         self.aggregates: tuple[AggregateInfo, ...] = ()
         self.availability_zone: str | None = None
         self.instances: dict[str, str | None] = {}
+        #: instance uuid -> its image's (property, value) pairs; loaded only
+        #: when a weigher needs them (ImagePropertiesWeigher).
+        self.instance_images: dict[str, frozenset[tuple[str, str]]] = {}
         self.generation = -1
         self.updated: datetime.datetime | None = None
         #: Bumped by the HostManager before and after each change (odd while
@@ -184,6 +188,7 @@ class HostState:
             if name != "__weakref__":
                 setattr(other, name, getattr(self, name))
         other.instances = dict(self.instances)
+        other.instance_images = dict(self.instance_images)
         return other
 
     # -- loading ----------------------------------------------------------

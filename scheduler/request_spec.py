@@ -196,12 +196,40 @@ class InstanceGroup:
         return {"uuid": self.uuid, "policy": self.policy, "rules": rules, "name": self.name}
 
 
+def _one(raw: Any) -> Any:
+    """A hint as Nova stores it (a one-item list) is that item."""
+    if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], str):
+        return raw[0]
+    return raw
+
+
+def _query(raw: Any):
+    raw = _one(raw)
+    if raw is None:
+        return None
+    from scheduler.filters import json_filter
+
+    return json_filter.parse_query(raw)
+
+
+def _near_network(near_ip: Any, cidr: Any):
+    if near_ip is None and cidr is None:
+        return None
+    from scheduler.filters import simple_cidr_affinity
+
+    return simple_cidr_affinity.parse_near(_one(near_ip), _one(cidr))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SchedulerHints:
     same_host: tuple[str, ...] = ()
     different_host: tuple[str, ...] = ()
     group: str | None = None
     other: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: The ``query`` hint, checked and parsed (JsonFilter), or None.
+    query: Any = None
+    #: The network of ``build_near_host_ip`` and ``cidr`` (SimpleCIDRAffinityFilter).
+    near_network: Any = None
 
     @classmethod
     def from_primitive(cls, data: Any) -> SchedulerHints:
@@ -222,6 +250,8 @@ class SchedulerHints:
                                                      "scheduler_hints.different_host"))),
             group=_opt_str(data.get("group"), "scheduler_hints.group"),
             other=other,
+            query=_query(other.get("query")),
+            near_network=_near_network(other.get("build_near_host_ip"), other.get("cidr")),
         )
 
     def to_primitive(self) -> dict:

@@ -156,7 +156,8 @@ class _Runner:
         handler = getattr(self, f"_step_{kind}")
         try:
             handler(step[kind], step, result)
-        except (exception.NoValidHost, exception.InvalidRequest, exception.NotFound) as e:
+        except (exception.NoValidHost, exception.InvalidRequest, exception.NotFound,
+                exception.PluginError) as e:
             result.error = type(e).__name__
             result.message = str(e)
         self._check_expect(expect, result)

@@ -127,7 +127,9 @@ def threads_ok(cell: HostCell, cpus: set[int], policy: str | None,
                isolate_on_smt: str = "reserve-siblings") -> bool:
     cores = {core_of(cell, cpu) for cpu in cpus}
     if policy == "isolate":
-        if isolate_on_smt == "refuse" and any(len(s) > 1 for s in cell.siblings):
+        # refuse: no pinned CPU of an isolate guest on an SMT cell (a guest cell
+        # without pinned CPUs pins nothing there)
+        if isolate_on_smt == "refuse" and cpus and any(len(s) > 1 for s in cell.siblings):
             return False
         return (len(cores) == len(cpus)
                 and all(not core & cell.pinned_cpus for core in cores))

@@ -104,6 +104,20 @@ def anti_affinity(host, r):
     return None
 
 
+def isolated_hosts(host, r):
+    """Nova's rule, as booleans."""
+    fs = r.conf.filter_scheduler
+    images = [i.strip() for i in fs.isolated_images]
+    host_isolated = host.host in [h.strip() for h in fs.isolated_hosts]
+    image_isolated = r.spec.image.id is not None and r.spec.image.id in images
+    if image_isolated:
+        return None if host_isolated else \
+            f"image {r.spec.image.id} is isolated: not an isolated host"
+    if fs.restrict_isolated_hosts_to_isolated_images and host_isolated:
+        return "isolated host: the image is not an isolated image"
+    return None
+
+
 VECTOR_RULES: dict[str, Callable] = {
     "AllHostsFilter": lambda host, r: None,
     "ComputeFilter": compute,
@@ -130,6 +144,7 @@ VECTOR_RULES: dict[str, Callable] = {
     "DifferentHostFilter": different_host,
     "ServerGroupAffinityFilter": affinity,
     "ServerGroupAntiAffinityFilter": anti_affinity,
+    "IsolatedHostsFilter": isolated_hosts,
 }
 
 
@@ -185,6 +200,36 @@ WEIGHT_RULES: dict[str, Callable] = {
                    - sum(x.count for x in r.spec.pci_requests), 0))
         if r.spec.pci_requests else -float(sum(p.count for p in h.pci_pools))),
 }
+
+
+def metrics_weight(host, r):
+    total = 0.0
+    for entry in r.conf.metrics.weight_setting:
+        name, _, ratio = entry.partition("=")
+        value = host.metrics.get(name.strip())
+        if value is None or isinstance(value, bool):
+            if r.conf.metrics.required:
+                raise AssertionError(f"{host.host} lacks metric {name}")
+            return r.conf.metrics.weight_of_unavailable
+        total += value * float(ratio)
+    return total
+
+
+def image_props_weight(host, r):
+    setting = {}
+    for entry in r.conf.filter_scheduler.image_props_weight_setting:
+        name, _, ratio = entry.partition("=")
+        setting[name.strip()] = float(ratio)
+    total = 0.0
+    for props in host.instance_images.values():
+        for name, value in r.spec.image.properties.items():
+            if (name, value) in props:
+                total += setting.get(name, 0.0) if setting else 1.0
+    return total
+
+
+WEIGHT_RULES["MetricsWeigher"] = metrics_weight
+WEIGHT_RULES["ImagePropertiesWeigher"] = image_props_weight
 
 
 def multiplier(w, host) -> float:
@@ -273,6 +318,7 @@ def select(hosts: Sequence, spec, filters, weighers, conf, now, group_hosts,
                                   numa_fitted=fit.numa_fitted if fit else None,
                                   pci_picks=fit.pci_picks if fit else ()))
         copy.instances[f"instance-{index}"] = group
+        copy.instance_images[f"instance-{index}"] = frozenset(spec.image.properties.items())
         view = [copy if x is h else x for x in view]
         if group:
             counts[h.host] = counts.get(h.host, 0) + 1

@@ -13,6 +13,7 @@ built-in filter and weigher.
 from __future__ import annotations
 
 import datetime
+import json
 import random
 
 import numpy as np
@@ -36,12 +37,31 @@ ALL_FILTERS = [
     "AggregateInstanceExtraSpecsFilter", "SameHostFilter", "DifferentHostFilter",
     "ServerGroupAffinityFilter", "ServerGroupAntiAffinityFilter", "NumInstancesFilter",
     "AggregateNumInstancesFilter", "IoOpsFilter", "AggregateIoOpsFilter",
-    "NUMATopologyFilter", "PciPassthroughFilter",
+    "NUMATopologyFilter", "PciPassthroughFilter", "AggregateImagePropertiesIsolation",
+    "AggregateMultiTenancyIsolation", "AggregateTypeAffinityFilter", "IsolatedHostsFilter",
+    "JsonFilter", "MetricsFilter", "SimpleCIDRAffinityFilter", "RetryFilter",
 ]
 ALL_WEIGHERS = [
     "RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "NumInstancesWeigher",
     "HypervisorVersionWeigher", "ServerGroupSoftAffinityWeigher",
     "ServerGroupSoftAntiAffinityWeigher", "BuildFailureWeigher", "PCIWeigher",
+    "MetricsWeigher", "ImagePropertiesWeigher",
+]
+#: Options of the catalogue filters and weighers the replay sets: (group, name, value).
+CATALOGUE_OPTIONS = [
+    ("filter_scheduler", "isolated_hosts", ["h005", "h011"]),
+    ("filter_scheduler", "isolated_images", ["img-isolated"]),
+    ("filter_scheduler", "image_props_weight_multiplier", 1.0),
+    ("filter_scheduler", "image_props_weight_setting", ["os_distro=2.0", "hw_machine_type=0.5"]),
+    ("metrics", "weight_setting", ["cpu.percent=-1.0", "cpu.frequency=0.001"]),
+    ("metrics", "weight_multiplier", 1.5),
+]
+QUERIES = [
+    [">=", "$free_ram_mb", 4096],
+    ["and", ["=", "$stats.tier", "gold"], ["<", "$num_instances", 3]],
+    ["in", "$hypervisor_version", 7002000, 8002000],
+    ["not", [">", "$metrics.cpu.percent", 50]],
+    ["or", ["<=", "$vcpus", 8], [">=", "$total_usable_ram_mb", 32768]],
 ]
 ALIAS = ('{"name": "vf", "vendor_id": "8086", "product_id": "154c", '
          '"device_type": "type-VF", "numa_policy": "legacy"}')
@@ -88,7 +108,11 @@ def _fleet(rng, n):
              "stats": {"tier": rng.choice(["gold", "silver"])},
              "supported_instances": [["x86_64", "kvm", "hvm"]] if model != "old" else
              [["x86_64", "kvm", "hvm"], ["i686", "kvm", "hvm"]],
-             "disabled": rng.random() < 0.1}
+             "disabled": rng.random() < 0.1,
+             "host_ip": f"10.0.{i // 16}.{i % 16 + 1}"}
+        if rng.random() < 0.9:
+            h["metrics"] = {"cpu.percent": rng.choice([5, 40, 80]),
+                            "cpu.frequency": rng.choice([2000, 3000])}
         if model in ("general", "nfv"):
             h["vcpus"] = 32
             h["numa_topology"] = _numa(rng, smt=rng.random() < 0.7)
@@ -98,7 +122,12 @@ def _fleet(rng, n):
     names = [h["host"] for h in hosts]
     aggs = [
         {"name": "az1", "availability_zone": "az1", "hosts": names[: n // 2]},
-        {"name": "az2", "availability_zone": "az2", "hosts": names[n // 2:]},
+        {"name": "az2", "availability_zone": "az2", "hosts": names[n // 2:],
+         "metadata": {"os_distro": "ubuntu,debian"}},
+        {"name": "tenant", "hosts": rng.sample(names, n // 8),
+         "metadata": {"filter_tenant_id": "p1", "filter_tenant_id_2": "p3"}},
+        {"name": "typed", "hosts": rng.sample(names, n // 8),
+         "metadata": {"instance_type": "m1.small, m1.large"}},
         {"name": "dense", "hosts": rng.sample(names, n // 4),
          "metadata": {"cpu_allocation_ratio": "2.0", "ram_weight_multiplier": "-1.0",
                       "max_instances_per_host": "3", "ssd": "true"}},
@@ -160,6 +189,22 @@ def _request(rng, sched, group_uuid, placed=()):
         req["ignore_hosts"] = [f"h{rng.randrange(40):03d}" for _ in range(3)]
     if rng.random() < 0.05:
         req["force_hosts"] = [f"h{rng.randrange(40):03d}" for _ in range(5)]
+    if rng.random() < 0.3:
+        req["project_id"] = rng.choice(["p1", "p2", "p3"])
+    if rng.random() < 0.4:
+        flavor["name"] = rng.choice(["m1.small", "m1.large", "m1.tiny"])
+    if rng.random() < 0.3:
+        image = req.setdefault("image", {})
+        image.setdefault("properties", {})["os_distro"] = rng.choice(["ubuntu", "windows"])
+        if rng.random() < 0.5:
+            image["properties"]["hw_machine_type"] = "q35"
+        if rng.random() < 0.3:
+            image["id"] = rng.choice(["img-isolated", "img-plain"])
+    if rng.random() < 0.25:
+        req.setdefault("scheduler_hints", {})["query"] = json.dumps(rng.choice(QUERIES))
+    if rng.random() < 0.1:
+        req.setdefault("scheduler_hints", {}).update(
+            build_near_host_ip="10.0.1.7", cidr=rng.choice(["/24", "/23", "/30"]))
     try:
         return sched.parse_request(req)
     except exception.InvalidRequest:
@@ -175,10 +220,14 @@ def conf():
     c.set_override("enabled_filters", ALL_FILTERS, group="filter_scheduler")
     c.set_override("weight_classes", ALL_WEIGHERS, group="filter_scheduler")
     c.set_override("alias", [ALIAS], group="pci")
+    for group, name, value in CATALOGUE_OPTIONS:
+        c.set_override(name, value, group=group)
     yield c
     for name in ("enabled_filters", "weight_classes"):
         c.clear_override(name, group="filter_scheduler")
     c.clear_override("alias", group="pci")
+    for group, name, _ in CATALOGUE_OPTIONS:
+        c.clear_override(name, group=group)
 
 
 def _heartbeats(db, n):

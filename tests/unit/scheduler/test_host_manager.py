@@ -133,3 +133,27 @@ def test_probe_sees_commits_made_after_it_last_ran(any_db, conf):  # noqa: F811
         hm.refresh()
         assert hm.hosts_named("h1")[0].memory_mb == memory
     hm.close()
+
+
+def test_a_rescheduled_instance_stays_indexed_on_its_new_node(sqlite_db, conf):  # noqa: F811
+    """Another scheduler re-reads the instance's new node before its old one: the
+    old node's re-read must not drop the new node's index entry (a release
+    through that scheduler would then leave the instance in its cache)."""
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet({"hosts": [
+        {"host": h, "vcpus": 8, "memory_mb": ram, "local_gb": 50,
+         "metrics": {"cpu.percent": 1, "cpu.frequency": 1}}
+        for h, ram in (("h1", 8192), ("h2", 16384))]}))
+    sched = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    other = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    spec = sched.parse_request({"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}})
+    first = sched.select_destinations(spec)[0][0]
+    assert first.host == "h2"
+    uuid = first.instance_uuid
+    other.host_manager.refresh()
+    assert sched.reschedule(uuid, "h2")[0].host == "h1"
+    other.host_manager.refresh()
+    assert other.host_manager.instance_nodes([uuid]) == \
+        sched.host_manager.instance_nodes([uuid])
+    other.release(uuid)
+    fresh = HostManager(sqlite_db, conf, load_pci_pools=True)
+    assert _snapshot(other.host_manager) == _snapshot(fresh)
