@@ -256,6 +256,14 @@ def build_report(facts: HostFacts, s: Settings, page_size_kb: int = 4) -> HostRe
                       devices=tuple(devices))
 
 
+def _option_for(message: str, conf: cfg.ConfigOpts) -> str:
+    """The ``[agent]`` option whose path an unreadable-file message starts with."""
+    matches = [(len(conf.agent[name]), name)
+               for name in ("instances_path", "procfs_root", "sysfs_root")
+               if message.startswith(conf.agent[name])]
+    return f"agent.{max(matches)[1]}" if matches else "agent"
+
+
 def report_from_conf(conf: cfg.ConfigOpts = cfg.CONF, statvfs: Callable | None = None
                      ) -> HostReport:
     """Discover this host under the configured roots and build its report."""
@@ -264,5 +272,5 @@ def report_from_conf(conf: cfg.ConfigOpts = cfg.CONF, statvfs: Callable | None =
     try:
         facts = discover(tree, conf.agent.instances_path, statvfs)
     except KernelTreeError as e:
-        raise exception.InvalidRequest(field="agent.sysfs_root", reason=str(e)) from None
+        raise exception.InvalidRequest(field=_option_for(str(e), conf), reason=str(e)) from None
     return build_report(facts, settings, tree.page_size_kb)

@@ -280,3 +280,16 @@ def test_device_spec_globs():
     assert spec.matches("0000:81:01.0", "8086", "154c")
     assert not spec.matches("0000:81:02.0", "8086", "154c")
     assert not spec.matches("0000:81:00.0", "10de", "1572")
+
+
+@pytest.mark.parametrize("option, field", [("procfs_root", "agent.procfs_root"),
+                                           ("instances_path", "agent.instances_path")])
+def test_unreadable_roots_name_the_option(conf_override, tmp_path, option, field):
+    base = f"{fake_host.TREES}/small_no_numa"
+    conf_override("sysfs_root", f"{base}/sys", "agent")
+    conf_override("procfs_root", f"{base}/proc", "agent")
+    conf_override("instances_path", str(tmp_path), "agent")
+    conf_override(option, str(tmp_path / "missing"), "agent")
+    with pytest.raises(exception.InvalidRequest) as e:
+        host.report_from_conf()
+    assert e.value.field == field
