@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import re
 import time
@@ -207,8 +208,9 @@ class SchedulerManager:
     def report_compute_node(self, ctxt, node) -> dict:
         """Upsert one host (fleet format): capacity, ratios, topology; heartbeats it.
 
-        A report without ``disabled`` keeps the host's disabled state (an agent
-        does not undo an operator's decision). Capacity below current usage is
+        A report without ``disabled`` keeps the host's disabled state, one
+        without ``stats`` or ``metrics`` keeps those (an agent does not undo
+        what an operator set or imported). Capacity below current usage is
         accepted as the truth about the hardware but disables the host with a
         ``capacity below usage: ...`` reason until a report fits again; the
         reply's ``warnings`` say what is short.
@@ -219,6 +221,10 @@ class SchedulerManager:
             current = hosts.node_for_update(session, record.node)
             shortfalls = hosts.capacity_shortfalls(current, record) if current else []
             record = self._disabled_state(record, current, "disabled" in node, shortfalls)
+            if current is not None:
+                kept = {f: json.loads(getattr(current, f) or "{}")
+                        for f in ("stats", "metrics") if f not in node}
+                record = dataclasses.replace(record, **kept)
             hosts.upsert_host(session, record)
         LOG.info("Host %s reported: %d vCPUs, %d MB RAM, %d GB disk",
                  record.host, record.vcpus, record.memory_mb, record.local_gb)

@@ -282,6 +282,24 @@ def test_agent_reports_and_berth_follows_the_host(env):
     host = api.show_host(None, "ft-agent")
     assert host["pci_devices"]["by_status"]["claimed"] == 1
 
+    # -- memory shrinks below what the guests hold: stored, but the host is disabled -----
+    meminfo = os.path.join(tree, "proc", "meminfo")
+    original = open(meminfo).read()
+    with open(meminfo, "w") as f:
+        f.write(original.replace("MemTotal:       134217728 kB", "MemTotal:       4194304 kB"))
+    host = _wait_for("the host disabled for capacity below usage",
+                     lambda: (h := api.show_host(None, "ft-agent"))["disabled"] and h,
+                     agent=agent, daemon=daemon)
+    assert (host["memory_mb"], host["memory_mb_used"]) == (4096, 3584)
+    assert host["disabled_reason"] == "capacity below usage: memory_mb 3072 < 3584 used"
+    _wait_for("the agent to log the warning",
+              lambda: "capacity below usage: memory_mb" in agent.log_text(), agent=agent)
+    with open(meminfo, "w") as f:
+        f.write(original)
+    _wait_for("the host enabled again once it fits",
+              lambda: (h := api.show_host(None, "ft-agent"))["disabled_reason"] is None
+              and not h["disabled"] and h["memory_mb"] == 131072, agent=agent, daemon=daemon)
+
     # -- the daemon goes away, the host changes meanwhile, the daemon comes back ---------
     assert daemon.stop() == 0
     _write(tree, NODE1_1G + "/nr_hugepages", 2)
@@ -292,7 +310,8 @@ def test_agent_reports_and_berth_follows_the_host(env):
     host = _wait_for("a full report after the daemon came back",
                      lambda: (h := api.show_host(None, "ft-agent"))
                      and _pages(h, 1, 1048576) == 2 and h, agent=agent, daemon=daemon)
-    assert "reachable again" in agent.log_text()
+    _wait_for("the agent to log its return",
+              lambda: "reachable again" in agent.log_text(), agent=agent)
 
     # -- the broker goes away (for the agent), the host changes, it comes back -----------
     away, back = (agent.log_text().count(s) for s in ("Scheduler unreachable",
@@ -307,7 +326,8 @@ def test_agent_reports_and_berth_follows_the_host(env):
     _wait_for("a full report after the broker came back",
               lambda: _pages(api.show_host(None, "ft-agent"), 1, 1048576) == 3,
               agent=agent, daemon=daemon)
-    assert agent.log_text().count("reachable again") > back
+    _wait_for("the agent to log its return",
+              lambda: agent.log_text().count("reachable again") > back, agent=agent)
 
     for u in (placed["instance_uuid"], huge["instance_uuid"]):
         assert api.release(None, u) is True

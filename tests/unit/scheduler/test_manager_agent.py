@@ -77,6 +77,14 @@ def test_a_report_without_disabled_keeps_the_operators_choice(manager):
     assert (enabled["disabled"], enabled["disabled_reason"]) == (False, None)
 
 
+def test_a_report_without_stats_keeps_the_imported_ones(manager):
+    manager.report_compute_node({}, dict(HOST, stats={"ssd": "true"}, metrics={"load": 1.5}))
+    again = manager.report_compute_node({}, dict(HOST, vcpus=16))
+    assert (again["stats"], again["metrics"]) == ({"ssd": "true"}, {"load": 1.5})
+    cleared = manager.report_compute_node({}, dict(HOST, stats={}))
+    assert (cleared["stats"], cleared["metrics"]) == ({}, {"load": 1.5})
+
+
 def test_capacity_below_usage_disables_until_it_fits(manager):
     manager.report_compute_node({}, HOST)
     placed = _place(manager, vcpus=6, memory_mb=12288)
