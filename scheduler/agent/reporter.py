@@ -60,13 +60,18 @@ class Reporter:
 
     ``discover`` returns a fresh :class:`HostReport` (it may raise
     ``InvalidRequest`` for a bad configuration or an unreadable kernel file).
+    ``probe`` runs before each full report and raises when the broker does not
+    accept connections: oslo.messaging would otherwise wait forever for a reply
+    queue it cannot declare, instead of letting the loop back off.
     """
 
     def __init__(self, api, discover: Callable[[], HostReport],
                  conf: cfg.ConfigOpts = cfg.CONF, clock: Callable[[], float] = time.monotonic,
-                 jitter: Callable[[], float] | None = None) -> None:
+                 jitter: Callable[[], float] | None = None,
+                 probe: Callable[[], None] | None = None) -> None:
         self.api = api
         self.discover = discover
+        self.probe = probe
         self.conf = conf
         self.clock = clock
         self.jitter = jitter or (lambda: random.uniform(0.5, 1.0))
@@ -81,6 +86,8 @@ class Reporter:
     def report(self) -> dict:
         """Discover and send one full report; returns the daemon's replies."""
         report = self.discover()
+        if self.probe is not None:
+            self.probe()
         for warning in report.warnings:
             LOG.warning("%s", warning)
         self._host = report.host

@@ -102,8 +102,11 @@ def report_json(report) -> dict:
 
 
 def run(argv: list[str] | None = None, conf: cfg.ConfigOpts = cfg.CONF) -> int:
-    from scheduler import exception, rpc  # noqa: F401  (registers transport options)
+    import oslo_messaging
+
+    from scheduler import exception
     from scheduler.agent import host as host_mod
+    from scheduler.cmd.client import CliError as BrokerUnreachable
     from scheduler.agent.reporter import Reporter
 
     conf.register_cli_opts(cli_opts)
@@ -121,8 +124,12 @@ def run(argv: list[str] | None = None, conf: cfg.ConfigOpts = cfg.CONF) -> int:
             return EXIT_OK
         from scheduler.rpcapi import SchedulerAPI
 
+        from scheduler.cmd.client import check_broker
+
         api = SchedulerAPI(conf, timeout=conf.agent.rpc_timeout, retry=0)
-        reporter = Reporter(api, lambda: host_mod.report_from_conf(conf), conf)
+        reporter = Reporter(api, lambda: host_mod.report_from_conf(conf), conf,
+                            probe=lambda: check_broker(conf.transport_url,
+                                                       conf.agent.rpc_timeout))
         if conf.once:
             reporter.report()
             api.close()
@@ -141,6 +148,17 @@ def run(argv: list[str] | None = None, conf: cfg.ConfigOpts = cfg.CONF) -> int:
         return EXIT_INVALID
     except exception.BerthError as e:
         print(f"berth-agent: {e.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokerUnreachable as e:
+        print(f"berth-agent: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except oslo_messaging.MessagingTimeout:
+        print(f"berth-agent: no scheduler answered on topic {conf.scheduler.topic!r} within "
+              f"{conf.agent.rpc_timeout:g}s", file=sys.stderr)
+        return EXIT_FAILURE
+    except oslo_messaging.MessagingException as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"berth-agent: messaging error: {first}", file=sys.stderr)
         return EXIT_FAILURE
 
 

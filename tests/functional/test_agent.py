@@ -362,3 +362,36 @@ def test_once_sends_one_report(tmp_path):
     finally:
         daemon.stop()
         daemon.close()
+
+
+def test_agent_started_before_the_broker(tmp_path):
+    """The broker is away when the agent starts: it backs off, then reports."""
+    services.require_rabbitmq()
+    daemon = Daemon(tmp_path, fleet={"hosts": [{"host": "fc00", "vcpus": 4,
+                                                "memory_mb": 4096, "local_gb": 10}]})
+    proxy = TcpProxy()                       # not listening yet
+    tree = fake_host.copy_tree("offline_cpus", str(tmp_path))
+    agent = Agent(tmp_path, daemon, tree, f"rabbit://guest:guest@127.0.0.1:{proxy.port}/")
+    text = agent.config.read_text()
+    agent.config.write_text(text.replace("cpu_shared_set = 0-3,8-11", "cpu_shared_set = 0-1")
+                            .replace("cpu_dedicated_set = 4-7,12-15",
+                                     "cpu_dedicated_set = 2-7"))
+    try:
+        daemon.start()
+        agent.start()
+        _wait_for("two failed attempts",
+                  lambda: agent.log_text().count("Scheduler unreachable") >= 2, agent=agent)
+        assert agent.proc.poll() is None
+        proxy.start()
+        api = daemon.api()
+        host = _wait_for("the report once the broker is there",
+                         lambda: api.show_host(None, "ft-agent"), agent=agent, daemon=daemon)
+        assert [(c["cpuset"], c["pcpuset"]) for c in host["numa_topology"]["cells"]] == [
+            ([0, 1], [2, 3, 4, 5])]
+        assert "cpu_dedicated_set: CPUs 6,7 are offline" in agent.log_text()
+        assert agent.stop() == 0
+    finally:
+        agent.stop()
+        proxy.stop()
+        daemon.stop()
+        daemon.close()

@@ -78,3 +78,11 @@ def test_bad_option_exits_2_naming_it(tmp_path):
     assert out.returncode == 2
     assert out.stdout == ""
     assert "compute.cpu_shared_set" in out.stderr and "also in cpu_dedicated_set" in out.stderr
+
+
+def test_once_without_a_broker_fails_cleanly(tmp_path):
+    out = _agent("--once", "--config-file", _config(tmp_path))
+    assert out.returncode == 1
+    assert out.stderr.startswith("berth-agent: cannot reach the message broker at "
+                                 "127.0.0.1:9"), out.stderr
+    assert "Traceback" not in out.stderr

@@ -150,3 +150,18 @@ def test_bad_configuration_is_not_a_transport_failure(intervals):
     reporter.run(Stop(clock, 70))
     assert api.calls == []                    # nothing to send, no heartbeats for nobody
     assert reporter.failures == 0 and "bad" in reporter.last_error
+
+
+def test_a_broker_that_refuses_connections_is_backed_off_from(intervals):
+    clock = Clock()
+    api = FakeAPI(clock)
+
+    def probe():
+        if clock() < 5:
+            raise ConnectionRefusedError("cannot reach the message broker")
+
+    reporter = Reporter(api, _report, clock=clock, jitter=lambda: 1.0, probe=probe)
+    reporter.run(Stop(clock, 12))
+    # Probed at 0, 1, 3 (refused: nothing sent), 7 (accepted): then the full report.
+    assert api.calls == [(7, "report_compute_node", "ok"), (7, "report_pci_devices", "ok")]
+    assert reporter.reports == 1 and reporter.failures == 0
