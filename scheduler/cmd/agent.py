@@ -106,8 +106,8 @@ def run(argv: list[str] | None = None, conf: cfg.ConfigOpts = cfg.CONF) -> int:
 
     from scheduler import exception
     from scheduler.agent import host as host_mod
-    from scheduler.cmd.client import CliError as BrokerUnreachable
     from scheduler.agent.reporter import Reporter
+    from scheduler.cmd.client import CliError as BrokerUnreachable
 
     conf.register_cli_opts(cli_opts)
     logging.register_options(conf)
@@ -122,9 +122,8 @@ def run(argv: list[str] | None = None, conf: cfg.ConfigOpts = cfg.CONF) -> int:
             else:
                 print_report(report)
             return EXIT_OK
-        from scheduler.rpcapi import SchedulerAPI
-
         from scheduler.cmd.client import check_broker
+        from scheduler.rpcapi import SchedulerAPI
 
         api = SchedulerAPI(conf, timeout=conf.agent.rpc_timeout, retry=0)
         reporter = Reporter(api, lambda: host_mod.report_from_conf(conf), conf,
