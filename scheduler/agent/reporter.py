@@ -10,7 +10,8 @@ they are back is a full report: nothing that changed meanwhile is lost.
 
 A report Berth refuses (``InvalidRequest``, ``Conflict``) is not a transport
 problem: it is logged as an error and tried again at the next interval, while
-heartbeats go on.
+heartbeats go on; when only the node is refused (``Conflict``) the PCI devices
+are still sent.
 """
 from __future__ import annotations
 
@@ -91,7 +92,13 @@ class Reporter:
         for warning in report.warnings:
             LOG.warning("%s", warning)
         self._host = report.host
-        node = self.api.report_compute_node(None, report.node)
+        try:
+            node = self.api.report_compute_node(None, report.node)
+        except exception.Conflict:
+            # The node's change is refused (e.g. CPUs gone under pinned guests);
+            # its devices are still the truth and are sent on their own.
+            self.api.report_pci_devices(None, report.node_name, report.pci_devices)
+            raise
         devices = self.api.report_pci_devices(None, report.node_name, report.pci_devices)
         for warning in list(node.get("warnings") or []) + list(devices.get("warnings") or []):
             LOG.warning("Berth: host %s: %s", report.host, warning)

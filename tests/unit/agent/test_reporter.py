@@ -121,10 +121,11 @@ def test_a_refused_report_keeps_heartbeating(intervals):
     clock = Clock()
     api = FakeAPI(clock, refuse=True)
     reporter = _run(api, clock, until=65)
+    # The node's change is refused; its devices are still sent.
     assert [(t, m) for t, m, _ in api.calls] == [
-        (0, "report_compute_node"), (10, "heartbeat"), (20, "heartbeat"),
-        (30, "heartbeat"), (40, "heartbeat"), (50, "heartbeat"),
-        (60, "report_compute_node")]
+        (0, "report_compute_node"), (0, "report_pci_devices"), (10, "heartbeat"),
+        (20, "heartbeat"), (30, "heartbeat"), (40, "heartbeat"), (50, "heartbeat"),
+        (60, "report_compute_node"), (60, "report_pci_devices")]
     assert reporter.reports == 0 and "cells changed" in reporter.last_error
 
 
