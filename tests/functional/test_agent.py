@@ -300,6 +300,15 @@ def test_agent_reports_and_berth_follows_the_host(env):
               lambda: (h := api.show_host(None, "ft-agent"))["disabled_reason"] is None
               and not h["disabled"] and h["memory_mb"] == 131072, agent=agent, daemon=daemon)
 
+    # -- a pinned CPU goes offline under the huge-page guest: the change is refused -----
+    _write(tree, "devices/system/cpu/online", "0-14")
+    _wait_for("the refusal in the agent's log",
+              lambda: "Report refused" in agent.log_text(), agent=agent)
+    host = api.show_host(None, "ft-agent")
+    assert host["numa_topology"]["cells"][1]["pcpuset"] == [4, 5, 6, 7, 12, 13, 14, 15]
+    assert not host["disabled"]
+    _write(tree, "devices/system/cpu/online", "0-15")
+
     # -- the daemon goes away, the host changes meanwhile, the daemon comes back ---------
     assert daemon.stop() == 0
     _write(tree, NODE1_1G + "/nr_hugepages", 2)
