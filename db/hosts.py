@@ -121,6 +121,58 @@ def merge_numa_usage(host: str, old: dict | None, new: dict | None) -> dict | No
     return {**new, "cells": merged_cells}
 
 
+# -- capacity below usage ----------------------------------------------------------------
+
+# The disabled_reason Berth writes when a report shrinks capacity below usage;
+# cleared by the first report that fits again (an operator's reason is kept).
+CAPACITY_REASON_PREFIX = "capacity below usage: "
+
+
+def node_for_update(session: Session, node: str) -> models.ComputeNode | None:
+    """The live node called ``node``, locked for the caller's transaction."""
+    return session.scalars(
+        sa.select(models.ComputeNode)
+        .where(models.ComputeNode.hypervisor_hostname == node,
+               models.ComputeNode.deleted == 0)
+        .with_for_update()).first()
+
+
+def capacity_shortfalls(node: models.ComputeNode, rec: HostRecord) -> list[str]:
+    """What the reported capacity ``rec`` can no longer hold of ``node``'s usage.
+
+    Host totals are ``(total - reserved) x ratio`` against the usage counters;
+    NUMA cells compare memory and page counts against the cells' usage (a
+    cell whose CPUs changed under pinned guests is refused by
+    ``merge_numa_usage`` instead).
+    """
+    out = []
+    limits = (("vcpus", (rec.vcpus - rec.reserved_host_cpus) * rec.cpu_allocation_ratio,
+               node.vcpus_used),
+              ("memory_mb", (rec.memory_mb - rec.reserved_host_memory_mb)
+               * rec.ram_allocation_ratio, node.memory_mb_used),
+              ("disk_mb", (rec.local_gb * 1024 - rec.reserved_host_disk_mb)
+               * rec.disk_allocation_ratio, node.disk_mb_used))
+    for name, capacity, used in limits:
+        if used > capacity:
+            out.append(f"{name} {_num(capacity)} < {used} used")
+    old_cells = {c.get("id"): c for c in (_loads(node.numa_topology) or {}).get("cells", [])}
+    for cell in (rec.numa_topology or {}).get("cells", []):
+        old = old_cells.get(cell["id"])
+        if old is None:
+            continue
+        if (old.get("memory_usage") or 0) > cell["memory_mb"]:
+            out.append(f"NUMA cell {cell['id']} memory_mb {cell['memory_mb']} < "
+                       f"{old['memory_usage']} used")
+        used_pages = {p.get("size_kb"): (p.get("used") or 0) + (p.get("reserved") or 0)
+                      for p in old.get("mempages") or []}
+        for page in cell.get("mempages") or []:
+            used = used_pages.get(page["size_kb"], 0)
+            if used > page["total"]:
+                out.append(f"NUMA cell {cell['id']} {page['size_kb']} kB pages "
+                           f"{page['total']} < {used} used")
+    return out
+
+
 # -- writes -------------------------------------------------------------------------------
 
 def _record_values(rec: HostRecord) -> dict[str, Any]:

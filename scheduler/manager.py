@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import re
 import threading
@@ -274,14 +275,57 @@ class SchedulerManager:
     # -- host reporting ---------------------------------------------------------------
     @_expected
     def report_compute_node(self, ctxt, node) -> dict:
-        """Upsert one host (fleet format): capacity, ratios, topology; heartbeats it."""
+        """Upsert one host (fleet format): capacity, ratios, topology; heartbeats it.
+
+        A report without ``disabled`` keeps the host's disabled state, one
+        without ``stats`` or ``metrics`` keeps those (an agent does not undo
+        what an operator set or imported). Capacity below current usage is
+        accepted as the truth about the hardware but disables the host with a
+        ``capacity below usage: ...`` reason until a report fits again; the
+        reply's ``warnings`` say what is short.
+        """
         check_json(node, "node")
         record = fleet.parse_host(_dict(node, "node"))
         with self.db.writer() as session:
+            current = hosts.node_for_update(session, record.node)
+            shortfalls = hosts.capacity_shortfalls(current, record) if current else []
+            record = self._disabled_state(record, current, "disabled" in node, shortfalls)
+            if current is not None:
+                kept = {f: json.loads(getattr(current, f) or "{}")
+                        for f in ("stats", "metrics") if f not in node}
+                record = dataclasses.replace(record, **kept)
             hosts.upsert_host(session, record)
         LOG.info("Host %s reported: %d vCPUs, %d MB RAM, %d GB disk",
                  record.host, record.vcpus, record.memory_mb, record.local_gb)
-        return _primitive(hosts.get_host(self.db, record.host))
+        if shortfalls:
+            LOG.warning("Host %s reported capacity below its usage (%s); host disabled "
+                        "until it fits: %s", record.host, "; ".join(shortfalls),
+                        record.disabled_reason)
+        return dict(_primitive(hosts.get_host(self.db, record.node)),
+                    warnings=[hosts.CAPACITY_REASON_PREFIX + s for s in shortfalls])
+
+    @staticmethod
+    def _disabled_state(record: fleet.HostRecord, current, explicit: bool,
+                        shortfalls: list[str]) -> fleet.HostRecord:
+        prefix = hosts.CAPACITY_REASON_PREFIX
+        if explicit:
+            disabled, reason = record.disabled, record.disabled_reason
+        elif current is not None:
+            disabled, reason = current.disabled, current.disabled_reason
+        else:
+            disabled, reason = False, None
+        if reason and reason.startswith(prefix):
+            disabled, reason = False, None      # recomputed from this report
+        if shortfalls and not disabled:
+            disabled = True
+            reason = (prefix + "; ".join(shortfalls))[:MAX_NAME]
+        return dataclasses.replace(record, disabled=disabled, disabled_reason=reason)
+
+    @_expected
+    def heartbeat(self, ctxt, host) -> bool:
+        """Record that ``host`` is up (between its full reports); NotFound if unknown."""
+        hosts.heartbeat(self.db, _name(host, "host"))
+        return True
 
     @_expected
     def report_pci_devices(self, ctxt, node, devices) -> dict:
@@ -300,6 +344,8 @@ class SchedulerManager:
             raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
         with self.db.writer_connection() as conn:
             plan = db_pci.report_devices(conn, self._node_id(conn, node), parsed)
+        for warning in plan.warnings:
+            LOG.warning("Host %s: %s", node, warning)
         if dataclasses.is_dataclass(plan):
             return _primitive(dataclasses.asdict(plan))
         return _primitive(plan)

@@ -4,7 +4,8 @@ API versions:
 
 * 1.0 - select_destinations, release, reschedule, report_compute_node,
   report_pci_devices, aggregate_create/update/delete/add_host/remove_host/
-  set_metadata/list, list_hosts, show_host, ping.
+  set_metadata/list, list_hosts, show_host, ping; heartbeat (added with
+  berth-agent: an older daemon answers it with NoSuchMethod).
 
 Errors raised by the daemon come back as the same ``scheduler.exception``
 types. Payloads are checked to be plain JSON here too, so a value that cannot
@@ -115,6 +116,10 @@ class SchedulerAPI:
 
     def report_pci_devices(self, ctxt, node: str, devices: list[dict]) -> dict:
         return self._call(ctxt, "report_pci_devices", node=node, devices=devices)
+
+    def heartbeat(self, ctxt, host: str) -> bool:
+        """``host`` is up (berth-agent, between full reports)."""
+        return self._call(ctxt, "heartbeat", host=host)
 
     # -- aggregates -------------------------------------------------------------------
     def aggregate_create(self, ctxt, name: str, availability_zone: str | None = None,

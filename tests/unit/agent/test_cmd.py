@@ -1,0 +1,88 @@
+"""``berth-agent --once --dry-run`` prints the report and sends nothing."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from scheduler.agent import host
+from tests.unit.agent import fake_host
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+
+def _config(tmp_path, tree="two_socket_smt", extra=""):
+    path = tmp_path / "agent.conf"
+    base = os.path.join(fake_host.TREES, tree)
+    path.write_text(f"""[DEFAULT]
+# Nothing listens here: a dry run must not try to send.
+transport_url = rabbit://guest:guest@127.0.0.1:9/
+[agent]
+host = compute-7
+sysfs_root = {base}/sys
+procfs_root = {base}/proc
+instances_path = {tmp_path}
+[compute]
+cpu_dedicated_set = 4-7,12-15
+cpu_shared_set = 0-3,8-11,^0,^8
+reserved_host_memory_mb = 2048
+[pci]
+device_spec = {{"vendor_id": "8086", "product_id": "154c", "physical_network": "physnet1"}}
+{extra}""")
+    return str(path)
+
+
+def _agent(*args):
+    return subprocess.run([sys.executable, "-m", "scheduler.cmd.agent", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_dry_run_json_is_the_report(tmp_path):
+    out = _agent("--once", "--dry-run", "--json", "--config-file", _config(tmp_path))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    st = os.statvfs(tmp_path)
+    assert data["node"]["local_gb"] == st.f_blocks * st.f_frsize // fake_host.GiB
+    expected = host.build_report(
+        fake_host.facts("two_socket_smt"),
+        fake_host.settings("compute-7", dedicated=frozenset({4, 5, 6, 7, 12, 13, 14, 15}),
+                           shared=frozenset({1, 2, 3, 9, 10, 11}),
+                           reserved_host_memory_mb=2048,
+                           specs=['{"vendor_id": "8086", "product_id": "154c", '
+                                  '"physical_network": "physnet1"}']))
+    assert data["node"] == dict(expected.node, local_gb=data["node"]["local_gb"])
+    assert data["pci_devices"] == expected.pci_devices
+    assert data["warnings"] == []
+
+
+def test_dry_run_table(tmp_path):
+    out = _agent("--dry-run", "--config-file", _config(tmp_path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "host compute-7  node compute-7  (dry run: nothing sent)"
+    assert "vcpus 14 (online 0-15, offline -; reserved 0; ratio 4)" in lines
+    cell1 = next(line for line in lines if line.startswith("1 "))
+    assert cell1.split()[:5] == ["1", "1", "-", "4-7,12-15", "4,12"]
+    assert "2048kB:512(512" in cell1
+    vfs = [line.split() for line in lines if line.startswith("0000:81:02.")]
+    assert [v[:4] for v in vfs] == [[f"0000:81:02.{i}", "8086:154c", "020000", "type-VF"]
+                                    for i in range(3)]
+
+
+def test_bad_option_exits_2_naming_it(tmp_path):
+    # A later [compute] section overrides the first: CPU 4 is now in both sets.
+    out = _agent("--dry-run", "--config-file",
+                 _config(tmp_path, extra="[compute]\ncpu_shared_set = 4\n"))
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert "compute.cpu_shared_set" in out.stderr and "also in cpu_dedicated_set" in out.stderr
+
+
+def test_once_without_a_broker_fails_cleanly(tmp_path):
+    out = _agent("--once", "--config-file", _config(tmp_path))
+    assert out.returncode == 1
+    assert out.stderr.startswith("berth-agent: cannot reach the message broker at "
+                                 "127.0.0.1:9"), out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,154 @@
+"""What the daemon does with a compute host's own reports (berth-agent's calls):
+heartbeats, a disabled state the agent does not undo, capacity below usage
+flagged, claimed devices kept."""
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from oslo_config import cfg
+
+from db import hosts as db_hosts
+from db import models
+from scheduler import exception
+from scheduler.filter_scheduler import FilterScheduler
+from scheduler.host_manager import HostManager
+from scheduler.manager import SchedulerManager
+from tests.unit.scheduler.test_manager import Direct
+
+HOST = {"host": "cn1", "vcpus": 8, "memory_mb": 16384, "local_gb": 100,
+        "cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0,
+        "reserved_host_memory_mb": 0}
+PF = {"address": "0000:81:00.0", "vendor_id": "8086", "product_id": "1572",
+      "dev_type": "type-PF", "numa_node": 0}
+VF = {"address": "0000:81:02.0", "vendor_id": "8086", "product_id": "154c",
+      "dev_type": "type-VF", "parent_addr": "0000:81:00.0", "numa_node": 0}
+VF2 = dict(VF, address="0000:81:02.1")
+ALIAS = '{"name": "vf", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"}'
+
+
+@pytest.fixture
+def conf():
+    c = cfg.CONF
+    c([], project="berth")
+    c.set_override("enabled_filters", ["ComputeFilter", "RamFilter", "CoreFilter",
+                                       "DiskFilter", "PciPassthroughFilter"],
+                   group="filter_scheduler")
+    c.set_override("weight_classes", [], group="filter_scheduler")
+    c.set_override("alias", [ALIAS], group="pci")
+    yield c
+    for name, group in (("enabled_filters", "filter_scheduler"),
+                        ("weight_classes", "filter_scheduler"), ("alias", "pci")):
+        c.clear_override(name, group)
+
+
+@pytest.fixture
+def manager(sqlite_db, conf):
+    return Direct(SchedulerManager(
+        sqlite_db, FilterScheduler(HostManager(sqlite_db, conf), conf), conf))
+
+
+def _place(manager, vcpus=1, memory_mb=1024, extra_specs=None):
+    flavor = {"vcpus": vcpus, "memory_mb": memory_mb, "root_gb": 10,
+              "extra_specs": extra_specs or {}}
+    return manager.select_destinations({}, {"flavor": flavor})[0][0]
+
+
+def test_heartbeat_records_the_host_up(manager, sqlite_db):
+    with pytest.raises(exception.NotFound):
+        manager.heartbeat({}, "cn1")
+    manager.report_compute_node({}, HOST)
+    with sqlite_db.reader() as session:
+        before = session.scalars(sa.select(models.Service)).one()
+    assert manager.heartbeat({}, "cn1") is True
+    with sqlite_db.reader() as session:
+        after = session.scalars(sa.select(models.Service)).one()
+    assert after.report_count == before.report_count + 1
+    assert after.last_seen_up >= before.last_seen_up
+    with pytest.raises(exception.InvalidRequest):
+        manager.heartbeat({}, "")
+
+
+def test_a_report_without_disabled_keeps_the_operators_choice(manager):
+    manager.report_compute_node({}, dict(HOST, disabled=True, disabled_reason="maintenance"))
+    again = manager.report_compute_node({}, dict(HOST, vcpus=16))
+    assert (again["vcpus"], again["disabled"], again["disabled_reason"]) == (
+        16, True, "maintenance")
+    enabled = manager.report_compute_node({}, dict(HOST, disabled=False))
+    assert (enabled["disabled"], enabled["disabled_reason"]) == (False, None)
+
+
+def test_a_report_without_stats_keeps_the_imported_ones(manager):
+    manager.report_compute_node({}, dict(HOST, stats={"ssd": "true"}, metrics={"load": 1.5}))
+    again = manager.report_compute_node({}, dict(HOST, vcpus=16))
+    assert (again["stats"], again["metrics"]) == ({"ssd": "true"}, {"load": 1.5})
+    cleared = manager.report_compute_node({}, dict(HOST, stats={}))
+    assert (cleared["stats"], cleared["metrics"]) == ({}, {"load": 1.5})
+
+
+def test_capacity_below_usage_disables_until_it_fits(manager):
+    manager.report_compute_node({}, HOST)
+    placed = _place(manager, vcpus=6, memory_mb=12288)
+    shrunk = manager.report_compute_node({}, dict(HOST, vcpus=4, memory_mb=8192))
+    # Accepted as the truth about the hardware, but the host is marked.
+    assert (shrunk["vcpus"], shrunk["memory_mb"]) == (4, 8192)
+    assert (shrunk["vcpus_used"], shrunk["memory_mb_used"]) == (6, 12288)
+    assert shrunk["warnings"] == ["capacity below usage: vcpus 4 < 6 used",
+                                  "capacity below usage: memory_mb 8192 < 12288 used"]
+    assert shrunk["disabled"] is True
+    assert shrunk["disabled_reason"] == ("capacity below usage: vcpus 4 < 6 used; "
+                                         "memory_mb 8192 < 12288 used")
+    with pytest.raises(exception.NoValidHost):
+        _place(manager)
+    # Still short on the next report: still disabled, same reason.
+    assert manager.report_compute_node({}, dict(HOST, vcpus=4, memory_mb=8192))["disabled"]
+    fits = manager.report_compute_node({}, HOST)
+    assert (fits["disabled"], fits["disabled_reason"], fits["warnings"]) == (False, None, [])
+    assert manager.release({}, placed["instance_uuid"]) is True
+
+
+def test_an_operators_reason_is_not_replaced(manager):
+    manager.report_compute_node({}, HOST)
+    _place(manager, vcpus=6)
+    manager.report_compute_node({}, dict(HOST, disabled=True, disabled_reason="rma"))
+    shrunk = manager.report_compute_node({}, dict(HOST, vcpus=2))
+    assert shrunk["warnings"] == ["capacity below usage: vcpus 2 < 6 used"]
+    assert (shrunk["disabled"], shrunk["disabled_reason"]) == (True, "rma")
+    back = manager.report_compute_node({}, HOST)
+    assert (back["disabled"], back["disabled_reason"]) == (True, "rma")
+
+
+def test_huge_pages_below_usage_are_flagged():
+    cell = {"id": 0, "cpuset": [0, 1], "memory_mb": 4096,
+            "mempages": [{"size_kb": 4, "total": 1000}, {"size_kb": 2048, "total": 8}]}
+    node = models.ComputeNode(
+        vcpus_used=0, memory_mb_used=0, disk_mb_used=0,
+        numa_topology=('{"cells": [{"id": 0, "cpuset": [0, 1], "memory_mb": 4096, '
+                       '"memory_usage": 3072, "mempages": [{"size_kb": 2048, "total": 8, '
+                       '"used": 6}]}]}'))
+    from scheduler import fleet
+    rec = fleet.parse_host(dict(HOST, numa_topology={"cells": [
+        dict(cell, memory_mb=2048, mempages=[{"size_kb": 2048, "total": 4}])]}))
+    assert db_hosts.capacity_shortfalls(node, rec) == [
+        "NUMA cell 0 memory_mb 2048 < 3072 used", "NUMA cell 0 2048 kB pages 4 < 6 used"]
+    same = fleet.parse_host(dict(HOST, numa_topology={"cells": [cell]}))
+    assert db_hosts.capacity_shortfalls(node, same) == []
+
+
+def test_a_claimed_device_is_never_dropped(manager, sqlite_db):
+    manager.report_compute_node({}, HOST)
+    manager.report_pci_devices({}, "cn1", [PF, VF, VF2])
+    placed = _place(manager, extra_specs={"pci_passthrough:alias": "vf:1"})
+    [taken] = placed["pci_devices"]
+    with sqlite_db.reader() as session:
+        rows = {d.address: d.status for d in session.scalars(sa.select(models.PciDevice))}
+    assert rows[taken] == "claimed"
+    free_vf = ({VF["address"], VF2["address"]} - {taken}).pop()
+    # The host stops reporting both VFs: the free one goes, the claimed one stays.
+    plan = manager.report_pci_devices({}, "cn1", [PF])
+    assert plan["remove"] == [free_vf]
+    assert plan["warnings"] == [f"device {taken} is no longer reported but is claimed by "
+                                f"instance {placed['instance_uuid']}; kept"]
+    with sqlite_db.reader() as session:
+        rows = {d.address: d.status for d in session.scalars(sa.select(models.PciDevice))}
+    assert rows == {PF["address"]: "unclaimable", taken: "claimed", free_vf: "removed"}
+    assert manager.release({}, placed["instance_uuid"]) is True
