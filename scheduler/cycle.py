@@ -197,19 +197,23 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
     return v
 
 
-def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns) -> np.ndarray:
-    """The rows ``flt.screen`` says certainly fail, held to the contract."""
+def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns,
+                  method: str = "screen") -> np.ndarray:
+    """The rows ``flt.screen`` says certainly fail (or ``flt.sure_passes``
+    certainly pass), held to the contract."""
     try:
-        mask = np.asarray(flt.screen(cols, state))
+        mask = np.asarray(getattr(flt, method)(cols, state))
     except exception.BerthError:
         raise
     except Exception as e:
         LOG.exception("Filter %s failed", flt.name)
-        raise exception.PluginError(plugin=flt.name, reason=f"screen failed: {e!r}") from None
+        raise exception.PluginError(plugin=flt.name, reason=f"{method} failed: {e!r}") \
+            from None
     if mask.dtype != bool or mask.shape not in ((), (cols.n,)):
         raise exception.PluginError(
             plugin=flt.name,
-            reason=f"screen must be a bool mask of {cols.n} rows, got {mask.dtype} {mask.shape}")
+            reason=f"{method} must be a bool mask of {cols.n} rows, got {mask.dtype} "
+                   f"{mask.shape}")
     return np.broadcast_to(mask, (cols.n,))
 
 
@@ -328,6 +332,9 @@ class Cycle:
             v = Verdicts(step, state, cols.n, ClassAnswers(0), classed=None)
         if flt.has_screen:
             v.codes[screened_rows(flt, state, cols)] = SCREENED
+        if flt.has_sure_passes:
+            sure = screened_rows(flt, state, cols, method="sure_passes")
+            v.codes[sure & (v.codes == UNKNOWN)] = PASS
         return v
 
     # -- filtering -----------------------------------------------------------------

@@ -23,7 +23,12 @@ thread pinned), ``numa_free_pair_cpus`` (CPUs of such cores with siblings),
 ``numa_shared_room`` (shared CPUs a guest may still take: capacity, or capacity
 × CPU ratio − usage, whichever is less), ``numa_free_kb_2m`` /
 ``numa_free_kb_1g`` / ``numa_free_kb_large`` (free memory in 2 MiB, 1 GiB, any
-but the smallest page size).
+but the smallest page size). Per NUMA cell (2-D, one column per cell, the
+first ``MAX_CELLS`` cells; -1 where a host has no such cell): ``cell_free_pcpus``,
+``cell_free_cores``, ``cell_free_pair_cpus``, ``cell_shared_room``,
+``cell_memory_mb``, ``cell_memory_usage``, ``cell_small_kb`` (the smallest page
+size, 0 when the cell lists no pages), ``cell_small_free_kb``,
+``cell_small_total_kb``.
 Besides these, one integer column per registered class key
 (``class_codes(name)``) and, on demand, aggregate metadata values
 (``aggregate_min(key)``).
@@ -51,6 +56,10 @@ FLOAT_FIELDS = ("memory_used", "memory_limit", "memory_usable", "vcpus", "vcpus_
                 "numa_shared_room", "numa_free_kb_2m", "numa_free_kb_1g",
                 "numa_free_kb_large")
 BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates")
+CELL_FIELDS = ("cell_free_pcpus", "cell_free_cores", "cell_free_pair_cpus", "cell_shared_room",
+               "cell_memory_mb", "cell_memory_usage", "cell_small_kb", "cell_small_free_kb",
+               "cell_small_total_kb")
+MAX_CELLS = 8
 
 
 def _row_values(hs) -> tuple:
@@ -71,6 +80,27 @@ def _row_values(hs) -> tuple:
 
 
 _NO_NUMA = (0,) * 9
+_NO_CELL = (-1.0,) * len(CELL_FIELDS)
+
+
+@functools.lru_cache(maxsize=16384)
+def _cell_values(topology, cpu_ratio: float) -> tuple:
+    """The ``cell_*`` columns of a host topology: one tuple per field, MAX_CELLS long."""
+    rows = []
+    for cell in (topology.cells[:MAX_CELLS] if topology is not None else ()):
+        pinned = cell.pinned_cpus
+        whole = [core for core in cell.cores() if pinned.isdisjoint(core)]
+        capacity = len(cell.cpuset)
+        small = min(cell.mempages, key=lambda page: page.size_kb) if cell.mempages else None
+        rows.append((len(cell.pcpuset) - len(pinned), len(whole),
+                     sum(len(core) for core in whole if len(core) > 1),
+                     min(capacity, capacity * cpu_ratio - cell.cpu_usage),
+                     cell.memory_mb, cell.memory_usage,
+                     0 if small is None else small.size_kb,
+                     0 if small is None else small.free * small.size_kb,
+                     0 if small is None else small.total * small.size_kb))
+    rows.extend([_NO_CELL] * (MAX_CELLS - len(rows)))
+    return tuple(zip(*rows, strict=True))
 
 
 @functools.lru_cache(maxsize=16384)
@@ -117,6 +147,8 @@ class HostColumns:
             setattr(self, name, np.zeros(n, dtype=np.float64))
         for name in BOOL_FIELDS:
             setattr(self, name, np.zeros(n, dtype=bool))
+        for name in CELL_FIELDS:
+            setattr(self, name, np.full((n, MAX_CELLS), -1.0))
         #: Per row, the HostState.version the row was written from.
         self.versions = np.zeros(n, dtype=np.int64)
         self.index_by_host: dict[str, list[int]] = {}
@@ -143,6 +175,7 @@ class HostColumns:
     def _write_rows(self, rows: Iterable[int]) -> None:
         floats = [getattr(self, name) for name in FLOAT_FIELDS]
         bools = [getattr(self, name) for name in BOOL_FIELDS]
+        cells = [getattr(self, name) for name in CELL_FIELDS]
         nf = len(floats)
         hosts = self.hosts
         classes = self.classes
@@ -155,6 +188,9 @@ class HostColumns:
             for col, value in zip(floats, values, strict=False):
                 col[i] = value
             for col, value in zip(bools, values[nf:], strict=True):
+                col[i] = value
+            for col, value in zip(cells, _cell_values(hs.numa_topology,
+                                                      hs.cpu_allocation_ratio), strict=True):
                 col[i] = value
             aggs = hs.aggregates
             if self._agg_source[i] is not aggs:
@@ -238,7 +274,7 @@ class HostColumns:
         other.n = self.n
         other.hosts = list(self.hosts)
         other.classes = self.classes
-        for name in FLOAT_FIELDS + BOOL_FIELDS + ("versions",):
+        for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
             setattr(other, name, getattr(self, name).copy())
         other.index_by_host = self.index_by_host
         other.row_of_node = self.row_of_node

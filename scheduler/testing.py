@@ -11,7 +11,8 @@ before a claim) — and checks, for every request and host:
   ``reference(host, request)`` when given (a vector-only filter);
 * hosts with equal ``class_key`` get equal answers from the per-host form
   (the class key covers what the rule reads);
-* every host a ``screen`` refuses fails the per-host form too.
+* every host a ``screen`` refuses fails the per-host form too, and every host
+  ``sure_passes`` passes passes it.
 
 ``check_weigher`` does the same for raw weights. Both raise
 :class:`ConformanceError` naming the request, the host and both answers.
@@ -97,7 +98,7 @@ def check_filter(flt, hosts: Sequence, requests: Sequence[RequestContext],
     for req in requests:
         if flt.has_classes and flt.has_per_host:
             _check_classes(flt, hosts, req)
-        if flt.has_screen:
+        if flt.has_screen or flt.has_sure_passes:
             _check_screen(flt, cols, req)
         many = _answers(step, cols, req)
         for host, got in zip(hosts, many, strict=True):
@@ -128,12 +129,22 @@ def _check_screen(flt, cols: HostColumns, req: RequestContext) -> None:
     state = flt.prepare(req)
     if state is SKIP:
         return
-    for r in np.flatnonzero(cycles.screened_rows(flt, state, cols)).tolist():
-        host = cols.hosts[r]
-        if cycles.ask_host(flt, host, state) is None:
-            raise ConformanceError(
-                f"{flt.name}: the screen refuses {host.host}, which passes "
-                f"(request {req.spec.to_primitive()})")
+    if flt.has_screen:
+        for r in np.flatnonzero(cycles.screened_rows(flt, state, cols)).tolist():
+            host = cols.hosts[r]
+            if cycles.ask_host(flt, host, state) is None:
+                raise ConformanceError(
+                    f"{flt.name}: the screen refuses {host.host}, which passes "
+                    f"(request {req.spec.to_primitive()})")
+    if flt.has_sure_passes:
+        sure = cycles.screened_rows(flt, state, cols, method="sure_passes")
+        for r in np.flatnonzero(sure).tolist():
+            host = cols.hosts[r]
+            reason = cycles.ask_host(flt, host, state)
+            if reason is not None:
+                raise ConformanceError(
+                    f"{flt.name}: sure_passes passes {host.host}, which fails: {reason} "
+                    f"(request {req.spec.to_primitive()})")
 
 
 def _check_classes(flt, hosts: Sequence, req: RequestContext) -> None:

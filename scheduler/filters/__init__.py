@@ -20,8 +20,10 @@ A per-host filter may add ``screen(cols, state)``: a bool mask of rows that
 certainly fail (a necessary condition in vector form, e.g. "fewer free pCPUs
 than the guest pins"). Screened rows are not asked when only the passing hosts
 are needed; they are asked for their reason when a request is explained. A
-screen may miss failing hosts, never refuse a passing one;
-``scheduler.testing.check_filter`` checks that.
+screen may miss failing hosts, never refuse a passing one. Likewise
+``sure_passes(cols, state)``: a mask of rows that certainly pass (a sufficient
+condition), which are never asked. ``scheduler.testing.check_filter`` checks
+both against the per-host answers.
 
 ``prepare(request)`` (optional) turns the :class:`scheduler.plugins.RequestContext`
 into the filter's per-request state, which the check receives; it returns
@@ -96,6 +98,11 @@ class BaseHostFilter:
         of hosts that certainly fail (their reason is asked only to explain)."""
         raise NotImplementedError
 
+    def sure_passes(self, cols, state) -> Any:
+        """Optional, per-host form only: a bool mask over the rows of ``cols``
+        of hosts that certainly pass (they are not asked)."""
+        raise NotImplementedError
+
     def class_key(self, host) -> Hashable:
         """Optional, per-host form only: hosts with equal keys get the same answer
         for the same state. Computed when a host changes, never per request."""
@@ -130,6 +137,10 @@ class BaseHostFilter:
     @property
     def has_screen(self) -> bool:
         return overrides(self, BaseHostFilter, "screen")
+
+    @property
+    def has_sure_passes(self) -> bool:
+        return overrides(self, BaseHostFilter, "sure_passes")
 
     @property
     def has_classes(self) -> bool:

@@ -1,7 +1,10 @@
 """NUMATopologyFilter: the guest NUMA topology (pinning, pages, PCI affinity) fits."""
 from __future__ import annotations
 
+import numpy as np
+
 from numa import topology as numa_topology
+from scheduler import host_state
 from scheduler.filters import SKIP, BaseHostFilter
 from scheduler.host_state import isolate_on_smt_hosts
 
@@ -75,6 +78,45 @@ class NUMATopologyFilter(BaseHostFilter):
         if pinned_total:
             refused |= cols.numa_free_pcpus_total < pinned_total
         return refused
+
+    def sure_passes(self, cols, spec):
+        """Hosts that certainly take a one-cell guest without PCI devices nor a
+        page size: some host cell (of the first ``MAX_CELLS``) has the pinned
+        CPUs its thread policy needs, room for its shared CPUs, and its memory
+        in small pages (free ones for pinned vCPUs, in all for shared) within
+        the cell's memory and RAM ratio (at most 1 for pinned vCPUs)."""
+        guest = spec.numa_topology
+        if len(guest.cells) != 1 or spec.pci_requests:
+            return False
+        cell = guest.cells[0]
+        policy = cell.cpu_thread_policy
+        reserve = 1 if guest.emulator_threads_isolated else 0
+        wanted = len(cell.pcpuset) + reserve
+        if cell.pagesize is not None or (
+                policy == numa_topology.ISOLATE and wanted
+                and host_state.isolate_on_smt_hosts() == "refuse"):
+            return False
+        ok = cols.cell_memory_mb >= 0
+        if wanted:
+            ok &= cols.cell_free_pcpus >= wanted
+            if policy == numa_topology.ISOLATE:
+                ok &= cols.cell_free_cores >= wanted
+            elif policy == numa_topology.REQUIRE:
+                ok &= cols.cell_free_pair_cpus >= wanted - reserve
+        if cell.cpuset:
+            ok &= cols.cell_shared_room >= len(cell.cpuset)
+        memory_kb = cell.memory_mb * 1024
+        small = cols.cell_small_kb
+        has_pages = small > 0
+        pages_kb = cols.cell_small_free_kb if cell.pcpuset else cols.cell_small_total_kb
+        whole = np.mod(memory_kb, np.where(has_pages, small, 1)) == 0
+        ok &= ~has_pages | (whole & (pages_kb / 1024 >= cell.memory_mb))
+        ratio = cols.ram_ratio[:, None]
+        if cell.pcpuset:
+            ratio = np.minimum(ratio, 1.0)
+        room = cols.cell_memory_mb * ratio - cols.cell_memory_usage
+        ok &= cell.memory_mb <= np.minimum(room, cols.cell_memory_mb)
+        return cols.has_numa & ok.any(axis=1)
 
     def host_passes(self, host, spec) -> str | None:
         return host.numa_reason(spec)

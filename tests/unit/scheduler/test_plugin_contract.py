@@ -371,12 +371,82 @@ def test_the_numa_screen_refuses_only_hosts_that_fail(sqlite_db, conf):
     for total in sorted({int(x) for x in cols.numa_free_pcpus_total if x > 0 and x % 2 == 0}):
         wants.append({"vcpus": total, "memory_mb": 1024,
                       "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}})
-    screened = passed = 0
+    for free in sorted({int(x) for x in cols.cell_small_free_kb.ravel() if x > 0}):
+        for extra in ({}, {"hw:cpu_policy": "dedicated"}):
+            wants.append({"vcpus": 2, "memory_mb": free // 1024, "extra_specs": {
+                "hw:numa_nodes": "1", **extra}})
+    for room in sorted({float(x) for x in cols.cell_memory_mb.ravel() if x > 0}):
+        wants.append({"vcpus": 1, "memory_mb": int(room), "extra_specs": {"hw:numa_nodes": "1"}})
+    screened = sure = passed = 0
     for flavor in wants:
         spec = sched.parse_request({"flavor": {"root_gb": 1, **flavor}})
         req = testing.request(spec)
-        mask = flt.screen(cols, flt.prepare(req))
-        screened += int(mask.sum())
+        state = flt.prepare(req)
+        screened += int(flt.screen(cols, state).sum())
+        sure += int(np.sum(flt.sure_passes(cols, state)))
         passed += sum(flt.host_passes(h, spec) is None for h in hosts)
         testing.check_filter(flt, hosts, [req])
-    assert screened > 0 and passed > 0
+    assert screened > 0 and passed > 0 and sure > 0
+
+
+def _edge_host(rng, i):
+    from numa import topology as topo
+
+    cells = []
+    for cid in range(rng.choice([1, 2])):
+        base = cid * 8
+        pcpus = list(range(base, base + 6))
+        pinned = rng.sample(pcpus, rng.randrange(0, 6))
+        cell = {"id": cid, "cpuset": [base + 6, base + 7], "pcpuset": pcpus,
+                "siblings": [[c, c + 1] for c in range(base, base + 8, 2)],
+                "memory_mb": 8192, "pinned_cpus": sorted(pinned),
+                "cpu_usage": rng.choice([0, 1, 3, 6]),
+                "memory_usage": rng.choice([0, 1024, 4096, 7000])}
+        if rng.random() < 0.5:
+            small = rng.choice([0, 262144, 1048576])
+            cell["mempages"] = [{"size_kb": 4, "total": 2097152 - small,
+                                 "used": rng.choice([0, 262144, 1000000])},
+                                {"size_kb": 2048, "total": small // 2048}]
+        cells.append(cell)
+    return fakes.fake_host(f"e{i}", numa_topology=topo.HostTopology.from_primitive(
+        {"cells": cells}), cpu_allocation_ratio=rng.choice([1.0, 2.0]),
+        ram_allocation_ratio=rng.choice([1.0, 1.5]))
+
+
+def test_the_numa_shortcuts_at_their_edges(conf):
+    """Requests sized to each host cell's exact free pCPUs, whole cores, sibling
+    pairs, shared room, small pages and memory room (and one more): the screen
+    refuses and sure_passes passes only hosts the check agrees with."""
+    from scheduler.filters.numa_topology import NUMATopologyFilter
+
+    rng = random.Random(3)
+    hosts = [_edge_host(rng, i) for i in range(40)]
+    cols = HostColumns(hosts)
+    sizes = set()
+    for name in ("cell_free_pcpus", "cell_free_cores", "cell_free_pair_cpus",
+                 "cell_shared_room"):
+        sizes |= {int(x) for x in getattr(cols, name).ravel() if x >= 1}
+    memories = set()
+    for values in (cols.cell_small_free_kb / 1024, cols.cell_small_total_kb / 1024,
+                   cols.cell_memory_mb - cols.cell_memory_usage,
+                   cols.cell_memory_mb * 1.5 - cols.cell_memory_usage):
+        memories |= {int(x) for x in values.ravel() if x >= 1}
+    flt = NUMATopologyFilter(conf)
+    reqs = []
+    for n in sorted(sizes):
+        for vcpus in (n, n + 1):
+            for extra in ({"hw:cpu_policy": "dedicated"},
+                          {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"},
+                          {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"},
+                          {"hw:numa_nodes": "1"}):
+                reqs.append({"vcpus": vcpus, "memory_mb": 1024, "extra_specs": extra})
+    for m in sorted(memories):
+        for mem in (m, m + 1):
+            for extra in ({"hw:cpu_policy": "dedicated"}, {"hw:numa_nodes": "1"}):
+                reqs.append({"vcpus": 1, "memory_mb": mem, "extra_specs": extra})
+    sure = 0
+    for flavor in reqs:
+        req = testing.request(fakes.fake_spec(flavor={"root_gb": 1, **flavor}))
+        sure += int(np.sum(flt.sure_passes(cols, flt.prepare(req))))
+        testing.check_filter(flt, hosts, [req])
+    assert sure > 0
