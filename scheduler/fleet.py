@@ -47,6 +47,15 @@ LIST_OPTS = [("compute", compute_opts)]
 
 _MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total"})
 
+#: libyaml's safe loader when PyYAML was built with it (10-20x faster on a big
+#: fleet file), else the pure-Python one; never a loader that builds objects.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(stream) -> Any:
+    """Parse YAML with :data:`SAFE_LOADER` (fleet files, scenarios)."""
+    return yaml.load(stream, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
+
 
 class InvalidFleet(exception.InvalidRequest):
     """A fleet document failed validation; the message names host, field and expectation."""
@@ -416,7 +425,7 @@ def load_fleet_file(path: str, defaults: Mapping[str, Any] | None = None) -> Fle
     """Read and validate a YAML fleet file."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = load_yaml(f)
     except OSError as e:
         raise InvalidFleet(f"{path}: cannot read: {e.strerror}", field="file",
                            reason=str(e.strerror)) from None
