@@ -198,9 +198,12 @@ def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
             if not isinstance(steps, list):
                 raise ScenarioError("steps: expected a list")
             t1 = time.perf_counter()
-            results = [runner.run_step(i, step) for i, step in enumerate(steps)]
-            t2 = time.perf_counter()
-            final = check_invariants(db)
+            try:
+                results = [runner.run_step(i, step) for i, step in enumerate(steps)]
+                t2 = time.perf_counter()
+                final = check_invariants(db, conn=runner.check_conn)
+            finally:
+                runner.close()
             timing = {"setup_s": t1 - t0, "steps_s": t2 - t1,
                       "final_check_s": time.perf_counter() - t2}
         finally:
@@ -218,6 +221,11 @@ class _Runner:
         self.hosts_data = {h["host"]: dict(h) for h in fleet_data.get("hosts", [])}
         self.placed: dict[str, str] = {}     # instance uuid -> host
         self.labels = Labels()
+        # One connection for every step's check (a pooled checkout pings first).
+        self.check_conn = db.engine.connect()
+
+    def close(self) -> None:
+        self.check_conn.close()
 
     def run_step(self, index: int, step: Any) -> StepResult:
         if not isinstance(step, dict):
@@ -247,7 +255,7 @@ class _Runner:
         if not step.get("dry_run"):
             touched.update(p["host"] for p in result.placements)
         if touched:
-            result.failures.extend(check_invariants(self.db, touched))
+            result.failures.extend(check_invariants(self.db, touched, self.check_conn))
         result.ok = not result.failures
         return result
 
@@ -393,47 +401,57 @@ def node_usage(db: Database) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_invariants(db: Database, hosts: set[str] | None = None) -> list[str]:
+def check_invariants(db: Database, hosts: set[str] | None = None, conn=None) -> list[str]:
     """Usage equals the sum of allocations and stays within capacity x ratio.
 
     ``hosts``: check only those hosts' nodes (the ones a step touched); None: all.
+    Two queries (the nodes, their allocations) whatever the number of hosts.
+    ``conn``: an open connection to read on (the runner keeps one for the run).
     """
+    if conn is None:
+        with db.reader_connection() as conn:
+            return check_invariants(db, hosts, conn)
     cn = models.ComputeNode.__table__
     al = models.Allocation.__table__
-    failures = []
-    nodes = sa.select(cn).where(cn.c.deleted == 0)
-    sums_q = (sa.select(al.c.compute_node_id, sa.func.sum(al.c.vcpus),
-                        sa.func.sum(al.c.memory_mb), sa.func.sum(al.c.disk_mb),
-                        sa.func.count(al.c.id)).group_by(al.c.compute_node_id))
+    nodes_q = sa.select(cn).where(cn.c.deleted == 0)
+    allocs_q = sa.select(al.c.compute_node_id, al.c.vcpus, al.c.memory_mb, al.c.disk_mb,
+                         al.c.numa_cells)
     if hosts is not None:
-        nodes = nodes.where(cn.c.host.in_(sorted(hosts)))
-        sums_q = sums_q.where(al.c.compute_node_id.in_(
+        nodes_q = nodes_q.where(cn.c.host.in_(sorted(hosts)))
+        allocs_q = allocs_q.where(al.c.compute_node_id.in_(
             sa.select(cn.c.id).where(cn.c.host.in_(sorted(hosts)))))
-    with db.reader_connection() as conn:
-        sums = {r[0]: r[1:] for r in conn.execute(sums_q)}
-        for row in conn.execute(nodes).mappings():
-            v, m, d, n = (int(x or 0) for x in sums.get(row["id"], (0, 0, 0, 0)))
-            have = (row["vcpus_used"], row["memory_mb_used"], row["disk_mb_used"],
-                    row["running_vms"])
-            if have != (v, m, d, n):
-                failures.append(f"{row['host']}: usage {have} != sum of allocations "
-                                f"{(v, m, d, n)}")
-            limits = ((row["vcpus"] - row["reserved_host_cpus"]) * row["cpu_allocation_ratio"],
-                      (row["memory_mb"] - row["reserved_host_memory_mb"])
-                      * row["ram_allocation_ratio"],
-                      (row["local_gb"] * 1024 - row["reserved_host_disk_mb"])
-                      * row["disk_allocation_ratio"])
-            for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have[:3], limits,
-                                         strict=False):
-                if used > limit:
-                    failures.append(f"{row['host']}: {name} used {used} > limit {limit}")
-            if row["numa_topology"]:
-                fitted = [r[0] for r in conn.execute(
-                    sa.select(al.c.numa_cells).where(al.c.compute_node_id == row["id"],
-                                                     al.c.numa_cells.is_not(None)))]
-                problem = _numa_usage_problem(row["numa_topology"], fitted)
-                if problem:
-                    failures.append(f"{row['host']}: {problem}")
+    sums: dict[int, list[int]] = {}
+    fitted: dict[int, list[str]] = {}
+    failures: list[str] = []
+    with conn.begin():
+        for node_id, vcpus, memory_mb, disk_mb, numa_cells in conn.execute(allocs_q):
+            total = sums.setdefault(node_id, [0, 0, 0, 0])
+            total[0] += vcpus
+            total[1] += memory_mb
+            total[2] += disk_mb
+            total[3] += 1
+            if numa_cells is not None:
+                fitted.setdefault(node_id, []).append(numa_cells)
+        rows = list(conn.execute(nodes_q).mappings())
+    for row in rows:
+        want = tuple(sums.get(row["id"], (0, 0, 0, 0)))
+        have = (row["vcpus_used"], row["memory_mb_used"], row["disk_mb_used"],
+                row["running_vms"])
+        if have != want:
+            failures.append(f"{row['host']}: usage {have} != sum of allocations {want}")
+        limits = ((row["vcpus"] - row["reserved_host_cpus"]) * row["cpu_allocation_ratio"],
+                  (row["memory_mb"] - row["reserved_host_memory_mb"])
+                  * row["ram_allocation_ratio"],
+                  (row["local_gb"] * 1024 - row["reserved_host_disk_mb"])
+                  * row["disk_allocation_ratio"])
+        for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have[:3], limits,
+                                     strict=False):
+            if used > limit:
+                failures.append(f"{row['host']}: {name} used {used} > limit {limit}")
+        if row["numa_topology"]:
+            problem = _numa_usage_problem(row["numa_topology"], fitted.get(row["id"], []))
+            if problem:
+                failures.append(f"{row['host']}: {problem}")
     return failures
 
 
