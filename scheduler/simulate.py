@@ -423,7 +423,7 @@ def check_invariants(db: Database, hosts: set[str] | None = None, conn=None) -> 
     sums: dict[int, list[int]] = {}
     fitted: dict[int, list[str]] = {}
     failures: list[str] = []
-    with conn.begin():
+    with contextlib.nullcontext() if conn.in_transaction() else conn.begin():
         for node_id, vcpus, memory_mb, disk_mb, numa_cells in conn.execute(allocs_q):
             total = sums.setdefault(node_id, [0, 0, 0, 0])
             total[0] += vcpus
