@@ -4,7 +4,8 @@ API versions:
 
 * 1.0 - select_destinations, release, reschedule, report_compute_node,
   report_pci_devices, aggregate_create/update/delete/add_host/remove_host/
-  set_metadata/list, list_hosts, show_host, ping.
+  set_metadata/list, list_hosts, show_host, ping; capacity (added without a
+  version bump while Berth is unreleased).
 
 Errors raised by the daemon come back as the same ``scheduler.exception``
 types. Payloads are checked to be plain JSON here too, so a value that cannot
@@ -76,6 +77,21 @@ class SchedulerAPI:
         return cctxt.call(ctxt or rpc.new_context(), "select_destinations",
                           request_spec=request_spec, instance_uuids=instance_uuids,
                           return_alternates=return_alternates, dry_run=dry_run)
+
+    def capacity(self, ctxt, request_spec: dict | list, per_az: bool = False,
+                 per_aggregate: bool = False) -> list[dict]:
+        """How many more instances of each request fit now (``scheduler.capacity``).
+
+        Exact dry runs of the real filters: it can take seconds on a big fleet,
+        so it waits up to ``[scheduler] long_rpc_timeout`` like select_destinations.
+        """
+        rpc.check_json(request_spec, "request_spec")
+        monitor = self.timeout or self.conf.rpc_response_timeout
+        cctxt = self.client.prepare(version="1.0",
+                                    timeout=self.conf.scheduler.long_rpc_timeout,
+                                    call_monitor_timeout=monitor)
+        return cctxt.call(ctxt or rpc.new_context(), "capacity", request_spec=request_spec,
+                          per_az=per_az, per_aggregate=per_aggregate)
 
     def release(self, ctxt, instance_uuid: str) -> bool:
         return self._call(ctxt, "release", instance_uuid=instance_uuid)

@@ -173,30 +173,44 @@ def config_overrides(conf: cfg.ConfigOpts, overrides: Mapping | None) -> Iterato
             conf.clear_override(name, group=grp)
 
 
-def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
-    """Run one scenario on a throwaway SQLite database."""
+@contextlib.contextmanager
+def throwaway_scheduler(fleet, conf: cfg.ConfigOpts = cfg.CONF, seed: int | None = None
+                        ) -> Iterator[tuple[Database, Any]]:
+    """A FilterScheduler over ``fleet`` (a validated ``Fleet``) imported into a
+    temporary SQLite database, warmed up; everything is removed afterwards."""
     from db import hosts as db_hosts
-    from scheduler import fleet as fleet_mod
     from scheduler.filter_scheduler import FilterScheduler
     from scheduler.host_manager import HostManager
 
-    timing: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="berth-sim-") as tmp, \
-            config_overrides(conf, data.get("config")):
+    with tempfile.TemporaryDirectory(prefix="berth-sim-") as tmp:
         db = Database(f"sqlite:///{os.path.join(tmp, 'sim.sqlite')}")
         scheduler = None
         try:
-            t0 = time.perf_counter()
             migration.db_sync(db)
-            fleet_data = data["fleet"]
-            fleet = fleet_mod.load_fleet(fleet_data)
             db_hosts.import_fleet(db, fleet)
-            scheduler = FilterScheduler(HostManager(db, conf), conf)
+            scheduler = FilterScheduler(HostManager(db, conf), conf, seed=seed)
             scheduler.warm_up()
+            yield db, scheduler
+        finally:
+            if scheduler is not None:
+                scheduler.host_manager.close()
+            db.dispose()
+
+
+def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
+    """Run one scenario on a throwaway SQLite database."""
+    from scheduler import fleet as fleet_mod
+
+    timing: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with config_overrides(conf, data.get("config")):
+        fleet_data = data["fleet"]
+        fleet = fleet_mod.load_fleet(fleet_data)
+        steps = data["steps"]
+        if not isinstance(steps, list):
+            raise ScenarioError("steps: expected a list")
+        with throwaway_scheduler(fleet, conf) as (db, scheduler):
             runner = _Runner(db, scheduler, fleet_data)
-            steps = data["steps"]
-            if not isinstance(steps, list):
-                raise ScenarioError("steps: expected a list")
             t1 = time.perf_counter()
             try:
                 results = [runner.run_step(i, step) for i, step in enumerate(steps)]
@@ -206,10 +220,6 @@ def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
                 runner.close()
             timing = {"setup_s": t1 - t0, "steps_s": t2 - t1,
                       "final_check_s": time.perf_counter() - t2}
-        finally:
-            if scheduler is not None:
-                scheduler.host_manager.close()
-            db.dispose()
     return ScenarioResult(description=data.get("description", ""), steps=results,
                           final_failures=final, timing=timing)
 
