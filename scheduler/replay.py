@@ -252,11 +252,12 @@ def format_report(report: Mapping) -> str:
              f"{report['refused']}  releases: {report['releases']['released']} "
              f"(+{report['releases']['nothing_to_release']} with nothing to release)"]
     lines.append("")
-    lines.append(f"{'KIND':32} {'REQUESTS':>8} {'PLACED':>7} {'REFUSED':>8}  TOP REFUSAL REASONS")
+    lines.append(f"{'KIND':24} {'REQUESTS':>8} {'PLACED':>7} {'INSTANCES':>9} "
+                 f"{'REFUSED':>8}  TOP REFUSAL REASONS")
     for name, k in report["kinds"].items():
         reasons = "; ".join(f"{r['count']}x {r['reason']}" for r in k["top_reasons"])
-        lines.append(f"{name:32} {k['requests']:>8} {k['placed']:>7} {k['refused']:>8}  "
-                     f"{reasons}")
+        lines.append(f"{name:24} {k['requests']:>8} {k['placed']:>7} "
+                     f"{k['instances_placed']:>9} {k['refused']:>8}  {reasons}".rstrip())
     h = report["hosts"]
     lines.append("")
     lines.append(f"hosts used: {h['used']}/{h['total']} ({h['partially_used']} partially)")
