@@ -113,18 +113,21 @@ def replay(fleet, lines: Sequence[Any], conf: cfg.ConfigOpts = cfg.CONF, seed: i
     from scheduler import fleet as fleet_mod
     from scheduler import simulate
 
+    t0 = time.perf_counter()
     if isinstance(fleet, dict):
         fleet = fleet_mod.load_fleet(fleet)
-    t0 = time.perf_counter()
+    t1 = time.perf_counter()
     with simulate.throwaway_scheduler(fleet, conf, seed=seed) as (db, scheduler):
         steps = _validate(scheduler, _numbered(lines))
-        t1 = time.perf_counter()
-        result = _run(scheduler, steps)
         t2 = time.perf_counter()
+        result = _run(scheduler, steps)
+        t3 = time.perf_counter()
         from db import hosts as db_hosts
 
         result.update(usage_report(db_hosts.list_hosts(db), conf.default_availability_zone))
-    result["timing"] = {"setup_s": round(t1 - t0, 3), "replay_s": round(t2 - t1, 3)}
+        t4 = time.perf_counter()
+    result["timing"] = {"fleet_s": round(t1 - t0, 3), "setup_s": round(t2 - t1, 3),
+                        "replay_s": round(t3 - t2, 3), "report_s": round(t4 - t3, 3)}
     result["seed"] = seed
     return result
 

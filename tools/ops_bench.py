@@ -236,12 +236,30 @@ def bench_replay(sizes: list[int], requests: int) -> None:
             t0 = time.perf_counter()
             report = replay.replay(fleet_document(n), lines, conf)
             total = time.perf_counter() - t0
-            print(f"replay {n} hosts, {len(lines)} lines: total {total:.2f}s "
-                  f"(load {report['timing']['setup_s']:.2f}s, replay "
-                  f"{report['timing']['replay_s']:.2f}s = "
-                  f"{report['timing']['replay_s'] / len(lines) * 1000:.1f} ms/line); placed "
-                  f"{report['placed']}, refused {report['refused']}", flush=True)
+            t = report["timing"]
+            print(f"replay {n} hosts, {len(lines)} lines: total {total:.2f}s (fleet "
+                  f"validation {t['fleet_s']:.2f}s, import+load {t['setup_s']:.2f}s, replay "
+                  f"{t['replay_s']:.2f}s = {t['replay_s'] / len(lines) * 1000:.1f} ms/line, "
+                  f"report {t['report_s']:.2f}s); placed {report['placed']}, refused "
+                  f"{report['refused']}", flush=True)
             del tmp
+
+
+def bench_capacity(sizes: list[int]) -> None:
+    from scheduler import capacity, fleet as fleet_mod, simulate
+
+    conf = _conf()
+    for n in sizes:
+        with simulate.throwaway_scheduler(fleet_mod.load_fleet(fleet_document(n)), conf) \
+                as (_db, sched):
+            for name, flavor in (("plain", PLAIN), ("pinned", PINNED), ("sriov", SRIOV)):
+                [(_n, spec)] = capacity.parse_requests({"flavor": flavor}, sched.parse_request)
+                t0 = time.perf_counter()
+                fits = capacity.count(sched, spec)["fits"]
+                took = time.perf_counter() - t0
+                print(f"capacity {n} hosts, {name}: {fits} fit, {took:.2f}s "
+                      f"({took / max(fits, 1) * 1000:.2f} ms per instance counted)",
+                      flush=True)
 
 
 def main() -> None:
@@ -259,6 +277,12 @@ def main() -> None:
     gen = sub.add_parser("fleet", help="write a fleet YAML file")
     gen.add_argument("--hosts", type=int, default=1000)
     gen.add_argument("out")
+    tr = sub.add_parser("trace", help="write a JSONL trace (its SR-IOV requests need the "
+                                      "alias in ops_bench.ALIAS as [pci] alias)")
+    tr.add_argument("--lines", type=int, default=300)
+    tr.add_argument("out")
+    cap = sub.add_parser("capacity")
+    cap.add_argument("--hosts", type=int, nargs="+", default=[1000])
     args = parser.parse_args()
     if args.what == "import":
         bench_import(args.hosts, ["sqlite"] + (["mariadb"] if args.mariadb else []))
@@ -266,6 +290,13 @@ def main() -> None:
         bench_simulate(args.hosts, args.steps)
     elif args.what == "replay":
         bench_replay(args.hosts, args.requests)
+    elif args.what == "capacity":
+        bench_capacity(args.hosts)
+    elif args.what == "trace":
+        with open(args.out, "w", encoding="utf-8") as f:
+            for line in trace(args.lines):
+                f.write(json.dumps(line) + "\n")
+        print(json.dumps({"lines": args.lines, "file": args.out}))
     else:
         import yaml
         with open(args.out, "w", encoding="utf-8") as f:
