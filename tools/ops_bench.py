@@ -246,7 +246,8 @@ def bench_replay(sizes: list[int], requests: int) -> None:
 
 
 def bench_capacity(sizes: list[int]) -> None:
-    from scheduler import capacity, fleet as fleet_mod, simulate
+    from scheduler import capacity, simulate
+    from scheduler import fleet as fleet_mod
 
     conf = _conf()
     for n in sizes:

@@ -120,3 +120,19 @@ def test_compare_reports_changed_placements_and_refusals():
     assert [r["line"] for r in replay.compare(fake, packed)["refusals_lost"]] == [4]
     text = replay.format_comparison(diff, ("a.conf", "b.conf"))
     assert "refused only under b.conf: 1" in text and "line 1#0: h1 -> h2" in text
+
+
+def test_sample_trace_replays_on_the_sample_fleet():
+    import os
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    from scheduler import fleet
+
+    sample = fleet.load_fleet_file(os.path.join(root, "etc", "berth", "fleet.sample.yaml"))
+    lines = replay.load_trace(os.path.join(root, "etc", "berth", "trace.sample.jsonl"))
+    report = run(lines, config={}, fleet=sample)
+    assert report["requests"] == 11 and report["releases"]["released"] == 2
+    # Three T4s asked for, two in the fleet: all-or-nothing refuses the request.
+    assert report["kinds"]["gpu.t4"]["refused"] == 1
+    assert report["kinds"]["m1.large"]["instances_placed"] == 9
+    assert set(report["utilisation_per_az"]) == {"az1", "az2"}
