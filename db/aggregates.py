@@ -4,8 +4,8 @@ Every change to an aggregate, its hosts or its metadata bumps the aggregate's
 ``updated_at``: host-state caches poll ``max(updated_at)`` to notice changes.
 A host belongs to one availability zone at most, as in Nova.
 
-The public functions are whole transactions; the ``*_in_session`` helpers let
-``db.hosts.import_fleet`` apply aggregates inside its own transaction.
+The public functions are whole transactions; the ``*_in_session`` helpers run
+inside the caller's (``sync_many_in_session`` is fleet import's bulk form).
 """
 from __future__ import annotations
 
@@ -180,16 +180,6 @@ def set_metadata_in_session(session: Session, agg: models.Aggregate,
     session.flush()
 
 
-def replace_metadata_in_session(session: Session, agg: models.Aggregate,
-                                metadata: Mapping) -> None:
-    """Make the aggregate's metadata exactly ``metadata``."""
-    current = _metadata(session, agg.id)
-    changes: dict = {k: None for k in current if k not in metadata}
-    changes.update({k: v for k, v in metadata.items() if current.get(k) != str(v)})
-    if changes:
-        set_metadata_in_session(session, agg, changes)
-
-
 def add_host_in_session(session: Session, agg: models.Aggregate, host: str) -> None:
     _check_name("host", host)
     _require_host(session, host)
@@ -220,33 +210,6 @@ def remove_host_everywhere(session: Session, host: str) -> list[str]:
     for agg in aggs:
         remove_host_in_session(session, agg, host)
     return [a.name for a in aggs]
-
-
-def sync_in_session(session: Session, name: str, availability_zone: str | None,
-                    hosts: Iterable[str], metadata: Mapping) -> str:
-    """Make aggregate ``name`` exactly as described; returns created/updated/unchanged.
-
-    Zones are not checked here: the caller runs :func:`check_zones` once all
-    aggregates are synced, so the order of aggregates in a fleet file does not matter.
-    """
-    agg = session.scalars(sa.select(models.Aggregate).where(
-        models.Aggregate.name == name, models.Aggregate.deleted == 0)).first()
-    wanted_meta = dict(metadata)
-    if availability_zone is not None:
-        wanted_meta[AZ_KEY] = availability_zone
-    if agg is None:
-        create_in_session(session, name, metadata=wanted_meta, hosts=hosts)
-        return "created"
-    before = (_hosts(session, agg.id), _metadata(session, agg.id))
-    wanted_hosts = set(hosts)
-    for host in before[0]:
-        if host not in wanted_hosts:
-            remove_host_in_session(session, agg, host)
-    replace_metadata_in_session(session, agg, wanted_meta)
-    for host in sorted(wanted_hosts - set(before[0])):
-        add_host_in_session(session, agg, host)
-    after = (_hosts(session, agg.id), _metadata(session, agg.id))
-    return "unchanged" if after == before else "updated"
 
 
 def sync_many_in_session(session: Session, records: Sequence, now: datetime.datetime
