@@ -27,7 +27,7 @@ from oslo_config import cfg
 
 from scheduler import exception
 
-#: Resources reported: (name, used key, capacity from a ``db.hosts.list_hosts`` row).
+#: Resources reported, as the filters count them (local_gb: disk in GB).
 RESOURCES = ("vcpus", "memory_mb", "local_gb")
 TOP_REASONS = 3
 
@@ -117,14 +117,12 @@ def replay(fleet, lines: Sequence[Any], conf: cfg.ConfigOpts = cfg.CONF, seed: i
     if isinstance(fleet, dict):
         fleet = fleet_mod.load_fleet(fleet)
     t1 = time.perf_counter()
-    with simulate.throwaway_scheduler(fleet, conf, seed=seed) as (db, scheduler):
+    with simulate.throwaway_scheduler(fleet, conf, seed=seed) as (_db, scheduler):
         steps = _validate(scheduler, _numbered(lines))
         t2 = time.perf_counter()
         result = _run(scheduler, steps)
         t3 = time.perf_counter()
-        from db import hosts as db_hosts
-
-        result.update(usage_report(db_hosts.list_hosts(db), conf.default_availability_zone))
+        result.update(usage_report(host_rows(scheduler.host_manager.host_states())))
         t4 = time.perf_counter()
     result["timing"] = {"fleet_s": round(t1 - t0, 3), "setup_s": round(t2 - t1, 3),
                         "replay_s": round(t3 - t2, 3), "report_s": round(t4 - t3, 3)}
@@ -181,23 +179,29 @@ def _run(scheduler, steps) -> dict:
             "placements": placements, "refusals": refusals}
 
 
-def _capacity(row: Mapping) -> dict[str, float]:
-    """What the host can hold of each resource: used + free (free as placement counts)."""
-    return {"vcpus": row["vcpus_used"] + row["free"]["vcpus"],
-            "memory_mb": row["memory_mb_used"] + row["free"]["memory_mb"],
-            "local_gb": row["local_gb_used"] + row["free"]["local_gb"]}
-
-
-def _used(row: Mapping) -> dict[str, float]:
-    return {"vcpus": row["vcpus_used"], "memory_mb": row["memory_mb_used"],
-            "local_gb": row["local_gb_used"]}
+def host_rows(host_states) -> list[dict]:
+    """Capacity and usage per host from the scheduler's host states (as the filters
+    count them: (total - reserved) x the host's ratio), its zone and instances."""
+    rows = []
+    for hs in host_states:
+        rows.append({
+            "zone": hs.availability_zone or "(none)", "instances": hs.num_instances,
+            "capacity": {
+                "vcpus": (hs.vcpus - hs.reserved_host_cpus) * hs.cpu_allocation_ratio,
+                "memory_mb": (hs.memory_mb - hs.reserved_host_memory_mb)
+                * hs.ram_allocation_ratio,
+                "local_gb": (hs.local_gb * 1024 - hs.reserved_host_disk_mb)
+                * hs.disk_allocation_ratio / 1024},
+            "used": {"vcpus": hs.vcpus_used, "memory_mb": hs.memory_mb_used,
+                     "local_gb": hs.disk_mb_used / 1024}})
+    return rows
 
 
 def _ratio(used: float, total: float) -> float:
     return round(used / total, 4) if total > 0 else 0.0
 
 
-def usage_report(hosts: Sequence[Mapping], default_zone: str | None = None) -> dict:
+def usage_report(hosts: Sequence[Mapping]) -> dict:
     """Hosts used, utilisation per resource (overall and per zone) and fragmentation.
 
     Fragmentation of a resource: the share of the free capacity that sits on
@@ -212,13 +216,12 @@ def usage_report(hosts: Sequence[Mapping], default_zone: str | None = None) -> d
     zones: dict[str, dict[str, dict[str, float]]] = {}
     hosts_used = partial = 0
     for row in hosts:
-        cap, use = _capacity(row), _used(row)
-        zone = row.get("availability_zone") or default_zone or "(none)"
+        cap, use, zone = row["capacity"], row["used"], row["zone"]
         z = zones.setdefault(zone, {"hosts": {"total": 0, "used": 0},
                                     "used": {r: 0.0 for r in RESOURCES},
                                     "capacity": {r: 0.0 for r in RESOURCES}})
         z["hosts"]["total"] += 1
-        in_use = row["running_vms"] > 0
+        in_use = row["instances"] > 0
         if in_use:
             hosts_used += 1
             z["hosts"]["used"] += 1
