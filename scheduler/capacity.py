@@ -10,6 +10,13 @@ takes, and that instance's index is the count. The dry run is sized by an upper
 bound from the free resources (so one pass is usually enough) and doubled if
 the bound was low (e.g. an aggregate raises an allocation ratio).
 
+Weighing only decides *which* host takes the next instance. Without a hard
+affinity policy, a host's feasibility for the next instance depends only on that
+host's own state (resources, NUMA cells, PCI pools, the group's members on it),
+so every order fills each host to the same count: the dry run then skips the
+weighers (a third of a placement's cost). With affinity the first pick decides
+where all the others go, so the configured weighers pick it as they would.
+
 Per availability zone and per aggregate the same count is made with the request
 restricted to that zone's or aggregate's hosts (a ``force_hosts`` list, which in
 Berth narrows the hosts and keeps every filter).
@@ -69,9 +76,23 @@ def _upper_bound(hosts, spec: RequestSpec) -> int:
     return total
 
 
-def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None) -> dict:
+def _needs_weighers(spec: RequestSpec) -> bool:
+    return spec.instance_group is not None and spec.instance_group.policy == "affinity"
+
+
+def _counting_scheduler(scheduler):
+    """The same filters (and host states) without weighers."""
+    from scheduler.filter_scheduler import FilterScheduler
+
+    return FilterScheduler(scheduler.host_manager, scheduler.conf,
+                           filters=scheduler.filters, weighers=[])
+
+
+def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None,
+          unweighed=None) -> dict:
     """How many more instances of ``spec`` fit now (on ``hosts`` only, if given).
 
+    ``unweighed``: a :func:`_counting_scheduler` of ``scheduler`` to reuse.
     Returns ``{"fits": n, "limited_by": text}``: ``limited_by`` is why instance
     ``n + 1`` was refused (the NoValidHost explanation).
     """
@@ -87,6 +108,8 @@ def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None) -> d
     candidates = [hs for hs in scheduler.host_manager.host_states()
                   if hosts is None or hs.host in listed]
     size = _upper_bound(candidates, one) + 1
+    if not _needs_weighers(one):
+        scheduler = unweighed or _counting_scheduler(scheduler)
     while True:
         trial = one.replace(num_instances=size)
         try:
@@ -115,14 +138,16 @@ def capacity(scheduler, requests: Sequence[tuple[str, RequestSpec]], per_az: boo
     """The count for each named request, optionally per zone and per aggregate."""
     zones, aggregates = _zones_and_aggregates(scheduler) if (per_az or per_aggregate) \
         else ({}, {})
+    unweighed = _counting_scheduler(scheduler)
     out = []
     for name, spec in requests:
-        entry: dict[str, Any] = {"request": name, **count(scheduler, spec)}
+        entry: dict[str, Any] = {"request": name, **count(scheduler, spec,
+                                                          unweighed=unweighed)}
         if per_az:
-            entry["per_az"] = {z: count(scheduler, spec, hosts)["fits"]
+            entry["per_az"] = {z: count(scheduler, spec, hosts, unweighed)["fits"]
                                for z, hosts in zones.items()}
         if per_aggregate:
-            entry["per_aggregate"] = {a: count(scheduler, spec, hosts)["fits"]
+            entry["per_aggregate"] = {a: count(scheduler, spec, hosts, unweighed)["fits"]
                                       for a, hosts in aggregates.items()}
         out.append(entry)
     return out
