@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from db import errors as exception
 from db import models
-from db.api import Database, chunks, retry_on_deadlock
+from db.api import IN_CHUNK, Database, chunks, retry_on_deadlock
 
 AZ_KEY = "availability_zone"
 _UNSET = object()
@@ -106,21 +106,23 @@ def check_zones(session: Session, hosts: Iterable[str]) -> None:
     """Conflict if any of ``hosts`` is now in more than one availability zone.
 
     Run after a change, inside its transaction: the whole change rolls back.
-    One query per chunk of hosts, so a fleet import checks 10,000 hosts quickly.
+    A few hosts are looked up by name; many (a fleet import) with one query over
+    every zone's members.
     """
+    wanted = set(hosts)
+    q = (sa.select(models.AggregateHost.host, models.AggregateMetadata.value,
+                   models.Aggregate.name)
+         .join(models.Aggregate, models.Aggregate.id == models.AggregateMetadata.aggregate_id)
+         .join(models.AggregateHost, models.AggregateHost.aggregate_id == models.Aggregate.id)
+         .where(models.AggregateMetadata.key == AZ_KEY, models.Aggregate.deleted == 0)
+         .order_by(models.AggregateHost.host, models.Aggregate.name))
+    queries = [q] if len(wanted) > IN_CHUNK else \
+        [q.where(models.AggregateHost.host.in_(c)) for c in chunks(sorted(wanted))]
     zones: dict[str, dict[str, list[str]]] = {}
-    for chunk in chunks(sorted(set(hosts))):
-        q = (sa.select(models.AggregateHost.host, models.AggregateMetadata.value,
-                       models.Aggregate.name)
-             .join(models.Aggregate,
-                   models.Aggregate.id == models.AggregateMetadata.aggregate_id)
-             .join(models.AggregateHost,
-                   models.AggregateHost.aggregate_id == models.Aggregate.id)
-             .where(models.AggregateHost.host.in_(chunk),
-                    models.AggregateMetadata.key == AZ_KEY, models.Aggregate.deleted == 0)
-             .order_by(models.AggregateHost.host, models.Aggregate.name))
-        for host, zone, name in session.execute(q).tuples():
-            zones.setdefault(host, {}).setdefault(zone, []).append(name)
+    for query in queries:
+        for host, zone, name in session.execute(query).tuples():
+            if host in wanted:
+                zones.setdefault(host, {}).setdefault(zone, []).append(name)
     for host in sorted(zones):
         if len(zones[host]) > 1:
             where = ", ".join(f"{z} (aggregate {', '.join(n)})" for z, n in zones[host].items())

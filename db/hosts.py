@@ -225,11 +225,14 @@ def _changed_values(old: dict[str, Any], values: dict[str, Any]) -> dict[str, An
     return changed
 
 
-def _live_nodes(session: Session, names: list[str]) -> dict[str, dict[str, Any]]:
-    """node name -> its stored row (the import's columns, id and generation), locked."""
+def _live_nodes(session: Session, names: list[str], ids_only: bool = False
+                ) -> dict[str, dict[str, Any]]:
+    """node name -> its stored row (the import's columns, id and generation), locked;
+    ``ids_only``: just the id (rows this import has just inserted)."""
     cn = models.ComputeNode.__table__
-    cols = [cn.c.id, cn.c.generation] + [cn.c[k] for k in
-                                         ("hypervisor_hostname", *_PLAIN_FIELDS, *_JSON_FIELDS)]
+    cols = [cn.c.id, cn.c.hypervisor_hostname]
+    if not ids_only:
+        cols += [cn.c.generation] + [cn.c[k] for k in (*_PLAIN_FIELDS, *_JSON_FIELDS)]
     out: dict[str, dict[str, Any]] = {}
     for chunk in chunks(names):
         rows = session.execute(sa.select(*cols).where(cn.c.hypervisor_hostname.in_(chunk),
@@ -320,7 +323,7 @@ def import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None = None
                      updated_at=now) for row in chunk])
         if inserts:
             stored.update(_live_nodes(session, [row["hypervisor_hostname"]
-                                                for row in inserts]))
+                                                for row in inserts], ids_only=True))
         report("writing changed hosts", 0, len(updates))
         _write_updates(session, updates, now)
         report("writing PCI devices", 0, len(plans))

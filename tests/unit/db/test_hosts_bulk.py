@@ -173,3 +173,20 @@ def test_terminal_progress_only_on_a_terminal():
     text = stream.getvalue()
     assert "writing new hosts 1000/10000" in text and text.endswith("committing 10000/10000\n")
     assert text.count("\r") == 2
+
+
+@pytest.mark.parametrize("in_chunk", [2, 500])
+def test_zone_check_by_name_or_over_every_zone_finds_the_same_conflict(sqlite_db,
+                                                                       monkeypatch,
+                                                                       in_chunk):
+    """Many hosts are checked with one query over all zones, a few by name."""
+    monkeypatch.setattr(db_aggregates, "IN_CHUNK", in_chunk)
+    do_import(sqlite_db, {"hosts": big_fleet(6)["hosts"]})
+    db_aggregates.create_aggregate(sqlite_db, "other", availability_zone="elsewhere",
+                                   hosts=["c0004"])
+    with pytest.raises(exception.Conflict, match="c0004 would be in more than one"):
+        do_import(sqlite_db, big_fleet(6))
+    data = big_fleet(6)
+    data["aggregates"][1]["hosts"] = ["c0003", "c0005"]        # c0004 left out of az2
+    do_import(sqlite_db, data)
+    assert db_hosts.get_host(sqlite_db, "c0004")["availability_zone"] == "elsewhere"
