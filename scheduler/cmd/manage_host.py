@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     imp = commands.add_parser("import", help="create or update hosts and aggregates from a "
                                              "fleet YAML file (idempotent)")
-    imp.add_argument("file", metavar="FILE.yaml")
+    imp.add_argument("file", metavar="FILE.yaml",
+                     help="fleet file; JSON (the same document) reads much faster for "
+                          "thousands of hosts")
     imp.add_argument("--dry-run", action="store_true",
                      help="validate the file only; write nothing")
     common.add_json_flag(imp)
