@@ -37,8 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="configuration file to replay under (repeatable; read after "
                              "berth-manage's own --config-file)")
     parser.add_argument("--compare", nargs=2, metavar=("A.conf", "B.conf"),
-                        help="replay the trace under each configuration and report the "
-                             "differences")
+                        help="replay the trace under each configuration (each file "
+                             "alone, in its own process) and report the differences")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random picks (host_subset_size, shuffling); "
                              "default 0, so runs are repeatable")
