@@ -249,6 +249,8 @@ def _plan_nodes(fleet: Fleet, stored: dict[str, dict[str, Any]],
     inserts: list[dict] = []
     updates: list[dict] = []
     plans: dict[str, ReportPlan] = {}
+    # A new node's plan depends only on its device list, which hosts share.
+    new_plans: dict[tuple, ReportPlan] = {}
     for rec in fleet.hosts:
         values = _record_values(rec)
         reported = rec.pci_devices or []
@@ -256,7 +258,11 @@ def _plan_nodes(fleet: Fleet, stored: dict[str, dict[str, Any]],
         if old is None:
             inserts.append({k: (_dumps(v) if k in _JSON_FIELDS else v)
                             for k, v in values.items()})
-            plan = plan_report((), reported, field=f"host {rec.host}: pci_devices")
+            key = tuple(reported)
+            plan = new_plans.get(key)
+            if plan is None:
+                plan = new_plans[key] = plan_report((), reported,
+                                                    field=f"host {rec.host}: pci_devices")
             result.created.append(rec.host)
         else:
             values["numa_topology"] = merge_numa_usage(rec.host, _loads(old["numa_topology"]),
