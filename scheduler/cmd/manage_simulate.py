@@ -93,7 +93,11 @@ def do_scenarios(args: argparse.Namespace) -> int:
 def do_replay(args: argparse.Namespace) -> int:
     fleet_data = fleet.load_fleet_file(args.fleet)
     lines = replay.load_trace(args.trace)
-    report = replay.replay(fleet_data, lines, cfg.CONF, seed=args.seed)
+    try:
+        report = replay.replay(fleet_data, lines, cfg.CONF, seed=args.seed)
+    except replay.InvalidTrace as e:
+        raise replay.InvalidTrace(f"{args.trace}: {e}", field=e.field,
+                                  reason=e.reason) from None
     if args.json:
         common.print_json(report)
     else:
@@ -101,18 +105,22 @@ def do_replay(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _replay_under(conf_path: str, args: argparse.Namespace) -> dict:
+def _start_replay(conf_path: str, args: argparse.Namespace) -> subprocess.Popen:
     """One replay in a fresh process configured by ``conf_path`` alone."""
     cmd = [sys.executable, "-m", "scheduler.cmd.manage", "--config-file", conf_path,
            "simulate", "--fleet", args.fleet, "--trace", args.trace,
            "--seed", str(args.seed), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _report_of(conf_path: str, proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        detail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else \
+        detail = err.strip().splitlines()[-1] if err.strip() else \
             f"exit status {proc.returncode}"
         raise exception.InvalidRequest(f"{conf_path}: replay failed: {detail}",
                                        field="compare", reason=detail)
-    return json.loads(proc.stdout)
+    return json.loads(out)
 
 
 def do_compare(args: argparse.Namespace) -> int:
@@ -120,7 +128,15 @@ def do_compare(args: argparse.Namespace) -> int:
     fleet.load_fleet_file(args.fleet)
     replay.load_trace(args.trace)
     a_path, b_path = args.compare
-    a, b = _replay_under(a_path, args), _replay_under(b_path, args)
+    # Both at once: separate processes, so nothing is shared but the files read.
+    procs = [_start_replay(a_path, args), _start_replay(b_path, args)]
+    try:
+        a, b = _report_of(a_path, procs[0]), _report_of(b_path, procs[1])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     diff = replay.compare(a, b)
     if args.json:
         common.print_json({"a": {"config": a_path, **a}, "b": {"config": b_path, **b},

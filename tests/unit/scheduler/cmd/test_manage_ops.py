@@ -75,7 +75,7 @@ def test_replay_usage_errors_exit_2(cli, argv, message):
 def test_bad_trace_line_exits_2_naming_the_line(cli):
     fleet, trace = files(cli, TRACE[:1] + [{"flavor": {**SMALL, "vcpus": "x"}}])
     rc, out, err = cli("simulate", "--fleet", fleet, "--trace", trace)
-    assert rc == 2 and "line 2: flavor.vcpus" in err and not out
+    assert rc == 2 and f"{trace}: line 2: flavor.vcpus" in err and not out
 
 
 def test_compare_two_configurations(cli):
