@@ -169,16 +169,9 @@ def _upsert(session: Session, rec: HostRecord, now: datetime.datetime, heartbeat
     else:
         values["numa_topology"] = merge_numa_usage(rec.host, _loads(node.numa_topology),
                                                    values["numa_topology"])
-        changed = False
-        for key, value in values.items():
-            current = getattr(node, key)
-            if key in _JSON_FIELDS:
-                if _loads(current) != value:
-                    setattr(node, key, _dumps(value))
-                    changed = True
-            elif current != value:
-                setattr(node, key, value)
-                changed = True
+        changed = _changed_values({k: getattr(node, k) for k in values}, values)
+        for key, value in changed.items():
+            setattr(node, key, value)
         status = "updated" if changed else "unchanged"
     report = None
     if rec.pci_devices is not None:
