@@ -4,14 +4,15 @@ Every change to an aggregate, its hosts or its metadata bumps the aggregate's
 ``updated_at``: host-state caches poll ``max(updated_at)`` to notice changes.
 A host belongs to one availability zone at most, as in Nova.
 
-The public functions are whole transactions; the ``*_in_session`` helpers let
-``db.hosts.import_fleet`` apply aggregates inside its own transaction.
+The public functions are whole transactions; the ``*_in_session`` helpers run
+inside the caller's (``sync_many_in_session`` is fleet import's bulk form).
 """
 from __future__ import annotations
 
+import datetime
 import functools
 import uuid as uuidlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from db import errors as exception
 from db import models
-from db.api import Database, retry_on_deadlock
+from db.api import IN_CHUNK, Database, chunks, retry_on_deadlock
 
 AZ_KEY = "availability_zone"
 _UNSET = object()
@@ -105,11 +106,26 @@ def check_zones(session: Session, hosts: Iterable[str]) -> None:
     """Conflict if any of ``hosts`` is now in more than one availability zone.
 
     Run after a change, inside its transaction: the whole change rolls back.
+    A few hosts are looked up by name; many (a fleet import) with one query over
+    every zone's members.
     """
-    for host in sorted(set(hosts)):
-        zones = zones_of_host(session, host)
-        if len(zones) > 1:
-            where = ", ".join(f"{z} (aggregate {', '.join(n)})" for z, n in zones.items())
+    wanted = set(hosts)
+    q = (sa.select(models.AggregateHost.host, models.AggregateMetadata.value,
+                   models.Aggregate.name)
+         .join(models.Aggregate, models.Aggregate.id == models.AggregateMetadata.aggregate_id)
+         .join(models.AggregateHost, models.AggregateHost.aggregate_id == models.Aggregate.id)
+         .where(models.AggregateMetadata.key == AZ_KEY, models.Aggregate.deleted == 0)
+         .order_by(models.AggregateHost.host, models.Aggregate.name))
+    queries = [q] if len(wanted) > IN_CHUNK else \
+        [q.where(models.AggregateHost.host.in_(c)) for c in chunks(sorted(wanted))]
+    zones: dict[str, dict[str, list[str]]] = {}
+    for query in queries:
+        for host, zone, name in session.execute(query).tuples():
+            if host in wanted:
+                zones.setdefault(host, {}).setdefault(zone, []).append(name)
+    for host in sorted(zones):
+        if len(zones[host]) > 1:
+            where = ", ".join(f"{z} (aggregate {', '.join(n)})" for z, n in zones[host].items())
             raise exception.Conflict(
                 f"host {host} would be in more than one availability zone: {where}",
                 reason=f"host {host} in more than one availability zone")
@@ -166,16 +182,6 @@ def set_metadata_in_session(session: Session, agg: models.Aggregate,
     session.flush()
 
 
-def replace_metadata_in_session(session: Session, agg: models.Aggregate,
-                                metadata: Mapping) -> None:
-    """Make the aggregate's metadata exactly ``metadata``."""
-    current = _metadata(session, agg.id)
-    changes: dict = {k: None for k in current if k not in metadata}
-    changes.update({k: v for k, v in metadata.items() if current.get(k) != str(v)})
-    if changes:
-        set_metadata_in_session(session, agg, changes)
-
-
 def add_host_in_session(session: Session, agg: models.Aggregate, host: str) -> None:
     _check_name("host", host)
     _require_host(session, host)
@@ -208,31 +214,88 @@ def remove_host_everywhere(session: Session, host: str) -> list[str]:
     return [a.name for a in aggs]
 
 
-def sync_in_session(session: Session, name: str, availability_zone: str | None,
-                    hosts: Iterable[str], metadata: Mapping) -> str:
-    """Make aggregate ``name`` exactly as described; returns created/updated/unchanged.
+def sync_many_in_session(session: Session, records: Sequence, now: datetime.datetime
+                         ) -> dict[str, str]:
+    """Make each aggregate of ``records`` (``db.records.AggregateRecord``) exactly as
+    described, in bulk; returns name -> created/updated/unchanged.
 
-    Zones are not checked here: the caller runs :func:`check_zones` once all
-    aggregates are synced, so the order of aggregates in a fleet file does not matter.
+    What is stored is read with one query per table; membership and metadata are
+    then written with one multi-row insert and one delete per table, so an
+    aggregate of 10,000 hosts costs a few statements. The hosts must exist (the
+    fleet file defines them); zones are checked by the caller (:func:`check_zones`).
     """
-    agg = session.scalars(sa.select(models.Aggregate).where(
-        models.Aggregate.name == name, models.Aggregate.deleted == 0)).first()
-    wanted_meta = dict(metadata)
-    if availability_zone is not None:
-        wanted_meta[AZ_KEY] = availability_zone
-    if agg is None:
-        create_in_session(session, name, metadata=wanted_meta, hosts=hosts)
-        return "created"
-    before = (_hosts(session, agg.id), _metadata(session, agg.id))
-    wanted_hosts = set(hosts)
-    for host in before[0]:
-        if host not in wanted_hosts:
-            remove_host_in_session(session, agg, host)
-    replace_metadata_in_session(session, agg, wanted_meta)
-    for host in sorted(wanted_hosts - set(before[0])):
-        add_host_in_session(session, agg, host)
-    after = (_hosts(session, agg.id), _metadata(session, agg.id))
-    return "unchanged" if after == before else "updated"
+    agg_t, host_t, meta_t = (models.Aggregate.__table__, models.AggregateHost.__table__,
+                             models.AggregateMetadata.__table__)
+    names = [r.name for r in records]
+    for name in names:
+        _check_name("name", name)
+    existing: dict[str, int] = {}
+    for chunk in chunks(names):
+        existing.update(session.execute(sa.select(agg_t.c.name, agg_t.c.id).where(
+            agg_t.c.name.in_(chunk), agg_t.c.deleted == 0)).tuples().all())
+    new = [r for r in records if r.name not in existing]
+    if new:
+        session.execute(agg_t.insert(), [
+            {"uuid": str(uuidlib.uuid4()), "name": r.name, "deleted": 0, "created_at": now,
+             "updated_at": now} for r in new])
+        for chunk in chunks([r.name for r in new]):
+            existing.update(session.execute(sa.select(agg_t.c.name, agg_t.c.id).where(
+                agg_t.c.name.in_(chunk), agg_t.c.deleted == 0)).tuples().all())
+    ids = list(existing.values())
+    hosts_now: dict[int, set[str]] = {}
+    meta_now: dict[int, dict[str, str]] = {}
+    for chunk in chunks(ids):
+        for agg_id, host in session.execute(sa.select(host_t.c.aggregate_id, host_t.c.host)
+                                            .where(host_t.c.aggregate_id.in_(chunk))):
+            hosts_now.setdefault(agg_id, set()).add(host)
+        for agg_id, key, value in session.execute(
+                sa.select(meta_t.c.aggregate_id, meta_t.c.key, meta_t.c.value)
+                .where(meta_t.c.aggregate_id.in_(chunk))):
+            meta_now.setdefault(agg_id, {})[key] = value
+    statuses: dict[str, str] = {}
+    add_hosts, drop_hosts, add_meta, drop_meta, set_meta, touched = [], [], [], [], [], []
+    created = {r.name for r in new}
+    for rec in records:
+        agg_id = existing[rec.name]
+        wanted_meta = _check_metadata(dict(rec.metadata))
+        if rec.availability_zone is not None:
+            wanted_meta[AZ_KEY] = _check_name(f"metadata.{AZ_KEY}", rec.availability_zone)
+        have_hosts, have_meta = hosts_now.get(agg_id, set()), meta_now.get(agg_id, {})
+        wanted_hosts = set(rec.hosts)
+        add_hosts += [{"aggregate_id": agg_id, "host": h}
+                      for h in sorted(wanted_hosts - have_hosts)]
+        drop_hosts += [(agg_id, h) for h in sorted(have_hosts - wanted_hosts)]
+        add_meta += [{"aggregate_id": agg_id, "key": k, "value": v}
+                     for k, v in wanted_meta.items() if k not in have_meta]
+        set_meta += [{"_agg": agg_id, "_key": k, "value": v}
+                     for k, v in wanted_meta.items() if k in have_meta and have_meta[k] != v]
+        drop_meta += [(agg_id, k) for k in have_meta if k not in wanted_meta]
+        changed = wanted_hosts != have_hosts or wanted_meta != have_meta
+        statuses[rec.name] = ("created" if rec.name in created
+                              else "updated" if changed else "unchanged")
+        if changed and rec.name not in created:
+            touched.append(agg_id)
+    by_agg: dict[int, list[str]] = {}
+    for agg_id, host in drop_hosts:
+        by_agg.setdefault(agg_id, []).append(host)
+    for agg_id, hosts in by_agg.items():
+        for chunk in chunks(hosts):
+            session.execute(host_t.delete().where(host_t.c.aggregate_id == agg_id,
+                                                  host_t.c.host.in_(chunk)))
+    for agg_id, key in drop_meta:
+        session.execute(meta_t.delete().where(meta_t.c.aggregate_id == agg_id,
+                                              meta_t.c.key == key))
+    if set_meta:
+        session.execute(meta_t.update().where(meta_t.c.aggregate_id == sa.bindparam("_agg"),
+                                              meta_t.c.key == sa.bindparam("_key"))
+                        .values(value=sa.bindparam("value")), set_meta)
+    for chunk in chunks(add_meta, 5000):
+        session.execute(meta_t.insert(), list(chunk))
+    for chunk in chunks(add_hosts, 5000):
+        session.execute(host_t.insert(), list(chunk))
+    for chunk in chunks(touched):
+        session.execute(agg_t.update().where(agg_t.c.id.in_(chunk)).values(updated_at=now))
+    return statuses
 
 
 def list_in_session(session: Session) -> list[dict]:

@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import json
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,10 +22,10 @@ from db import aggregates as db_aggregates
 from db import errors as exception
 from db import models
 from db import pci as db_pci
-from db.api import Database, retry_on_deadlock
+from db.api import Database, chunks, retry_on_deadlock
 from db.records import NUMA_CELL_LAYOUT_KEYS, Fleet, HostRecord
 from pci import device as pci_device
-from pci.report import ReportPlan
+from pci.report import ReportPlan, plan_report
 
 LOG = logging.getLogger(__name__)
 
@@ -220,16 +221,9 @@ def _upsert(session: Session, rec: HostRecord, now: datetime.datetime, heartbeat
     else:
         values["numa_topology"] = merge_numa_usage(rec.host, _loads(node.numa_topology),
                                                    values["numa_topology"])
-        changed = False
-        for key, value in values.items():
-            current = getattr(node, key)
-            if key in _JSON_FIELDS:
-                if _loads(current) != value:
-                    setattr(node, key, _dumps(value))
-                    changed = True
-            elif current != value:
-                setattr(node, key, value)
-                changed = True
+        changed = _changed_values({k: getattr(node, k) for k in values}, values)
+        for key, value in changed.items():
+            setattr(node, key, value)
         status = "updated" if changed else "unchanged"
     report = None
     if rec.pci_devices is not None:
@@ -260,41 +254,152 @@ def upsert_host(session: Session, rec: HostRecord) -> int:
     return node_id
 
 
+ProgressFn = Callable[[str, int, int], None]
+
+
+def _changed_values(old: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The stored columns that differ from ``values`` (JSON compared as values)."""
+    changed = {}
+    for key, value in values.items():
+        current = old[key]
+        if key in _JSON_FIELDS:
+            if _loads(current) != value:
+                changed[key] = _dumps(value)
+        elif current != value:
+            changed[key] = value
+    return changed
+
+
+def _live_nodes(session: Session, names: list[str], ids_only: bool = False
+                ) -> dict[str, dict[str, Any]]:
+    """node name -> its stored row (the import's columns, id and generation), locked;
+    ``ids_only``: just the id (rows this import has just inserted)."""
+    cn = models.ComputeNode.__table__
+    cols = [cn.c.id, cn.c.hypervisor_hostname]
+    if not ids_only:
+        cols += [cn.c.generation] + [cn.c[k] for k in (*_PLAIN_FIELDS, *_JSON_FIELDS)]
+    out: dict[str, dict[str, Any]] = {}
+    for chunk in chunks(names):
+        rows = session.execute(sa.select(*cols).where(cn.c.hypervisor_hostname.in_(chunk),
+                                                      cn.c.deleted == 0).with_for_update())
+        for row in rows.mappings():
+            out[row["hypervisor_hostname"]] = dict(row)
+    return out
+
+
+def _plan_nodes(fleet: Fleet, stored: dict[str, dict[str, Any]],
+                devices: dict[int, list[pci_device.PciDevice]], result: ImportResult
+                ) -> tuple[list[dict], list[dict], dict[str, ReportPlan]]:
+    """(rows to insert, {"_id", changed columns...} per changed node, PCI plans by node)."""
+    inserts: list[dict] = []
+    updates: list[dict] = []
+    plans: dict[str, ReportPlan] = {}
+    # A new node's plan depends only on its device list, which hosts share.
+    new_plans: dict[tuple, ReportPlan] = {}
+    for rec in fleet.hosts:
+        values = _record_values(rec)
+        reported = rec.pci_devices or []
+        old = stored.get(rec.node)
+        if old is None:
+            inserts.append({k: (_dumps(v) if k in _JSON_FIELDS else v)
+                            for k, v in values.items()})
+            key = tuple(reported)
+            plan = new_plans.get(key)
+            if plan is None:
+                plan = new_plans[key] = plan_report((), reported,
+                                                    field=f"host {rec.host}: pci_devices")
+            result.created.append(rec.host)
+        else:
+            values["numa_topology"] = merge_numa_usage(rec.host, _loads(old["numa_topology"]),
+                                                       values["numa_topology"])
+            changed = _changed_values(old, values)
+            plan = plan_report(devices.get(old["id"], ()), reported,
+                               field=f"host {rec.host}: pci_devices")
+            if changed or not plan.empty:
+                updates.append({"_id": old["id"], **changed})
+                result.updated.append(rec.host)
+            else:
+                result.unchanged.append(rec.host)
+        if not plan.empty or plan.warnings:
+            plans[rec.node] = plan
+        if not plan.empty:
+            result.pci[rec.host] = plan
+        for warning in plan.warnings:
+            LOG.warning("Host %s: %s", rec.host, warning)
+            result.warnings.append(f"{rec.host}: {warning}")
+    return inserts, updates, plans
+
+
+def _write_updates(session: Session, updates: list[dict], now: datetime.datetime) -> None:
+    """One executemany per set of changed columns (most re-imports change the same ones)."""
+    cn = models.ComputeNode.__table__
+    by_columns: dict[tuple[str, ...], list[dict]] = {}
+    for row in updates:
+        by_columns.setdefault(tuple(sorted(k for k in row if k != "_id")), []).append(row)
+    for columns, rows in by_columns.items():
+        stmt = (cn.update().where(cn.c.id == sa.bindparam("_id"))
+                .values(generation=cn.c.generation + 1, updated_at=now,
+                        **{c: sa.bindparam(c) for c in columns}))
+        session.execute(stmt, rows)
+
+
 @retry_on_deadlock
-def import_fleet(db: Database, fleet: Fleet) -> ImportResult:
+def import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None = None
+                 ) -> ImportResult:
     """Write a validated fleet in one transaction; idempotent.
 
     Hosts in the file are created or updated (a host without ``pci_devices``
     has none); hosts not in the file are left alone. Aggregates in the file are
     made exactly as described (hosts, zone, metadata); others are left alone.
+    Every table is written in bulk (one read of what is stored, then
+    multi-row inserts and updates), so the cost grows with the rows written,
+    not with round trips per host. ``progress(phase, done, total)`` is called
+    as the phases advance (the command shows it on a terminal).
     """
     result = ImportResult()
+    report = progress or (lambda phase, done, total: None)
+    cn = models.ComputeNode.__table__
     with db.writer() as session:
         now = models.utcnow()
-        for rec in fleet.hosts:
-            if rec.pci_devices is None:
-                rec = dataclasses.replace(rec, pci_devices=[])
-            _node_id, status, report = _upsert(session, rec, now, heartbeat=False)
-            getattr(result, status).append(rec.host)
-            if report is not None and not report.empty:
-                result.pci[rec.host] = report
-            if report is not None:
-                result.warnings += [f"{rec.host}: {w}" for w in report.warnings]
-        touched_hosts: set[str] = set()
-        for agg in fleet.aggregates:
-            old_hosts = set()
-            existing = session.scalars(sa.select(models.Aggregate.id).where(
-                models.Aggregate.name == agg.name, models.Aggregate.deleted == 0)).first()
-            if existing is not None:
-                old_hosts = set(session.scalars(sa.select(models.AggregateHost.host).where(
-                    models.AggregateHost.aggregate_id == existing)))
-            status = db_aggregates.sync_in_session(session, agg.name, agg.availability_zone,
-                                                   agg.hosts, agg.metadata)
-            getattr(result, f"aggregates_{status}").append(agg.name)
-            touched_hosts |= old_hosts | set(agg.hosts)
-        db_aggregates.check_zones(session, touched_hosts)
+        total = len(fleet.hosts)
+        report("reading stored hosts", 0, total)
+        stored = _live_nodes(session, [r.node for r in fleet.hosts])
+        devices, device_ids = db_pci.devices_of_nodes(
+            session.connection(), [row["id"] for row in stored.values()])
+        report("comparing hosts", 0, total)
+        inserts, updates, plans = _plan_nodes(fleet, stored, devices, result)
+        for chunk in _progress_chunks(inserts, report, "writing new hosts"):
+            session.execute(cn.insert(), [
+                dict(row, uuid=str(uuidlib.uuid4()), generation=0, created_at=now,
+                     updated_at=now) for row in chunk])
+        if inserts:
+            stored.update(_live_nodes(session, [row["hypervisor_hostname"]
+                                                for row in inserts], ids_only=True))
+        report("writing changed hosts", 0, len(updates))
+        _write_updates(session, updates, now)
+        report("writing PCI devices", 0, len(plans))
+        db_pci.apply_reports(session.connection(),
+                             {stored[node]["id"]: plan for node, plan in plans.items()},
+                             device_ids)
+        report("writing aggregates", 0, len(fleet.aggregates))
+        statuses = db_aggregates.sync_many_in_session(session, fleet.aggregates, now)
+        for name, status in statuses.items():
+            getattr(result, f"aggregates_{status}").append(name)
+        report("checking availability zones", 0, 0)
+        # Leaving an aggregate never adds a zone: the file's members are enough.
+        db_aggregates.check_zones(session, {h for agg in fleet.aggregates for h in agg.hosts})
+        report("committing", total, total)
     LOG.info("Fleet imported: %s", result.summary())
     return result
+
+
+def _progress_chunks(rows: list, report: ProgressFn, phase: str, size: int = 1000):
+    """``rows`` in slices, reporting how many were written before each."""
+    for i in range(0, len(rows), size):
+        report(phase, i, len(rows))
+        yield rows[i:i + size]
+    if rows:
+        report(phase, len(rows), len(rows))
 
 
 @retry_on_deadlock

@@ -275,3 +275,42 @@ def report_devices(conn: Conn, node_id: int, devices: Sequence[PciDevice],
         conn.execute(_nodes.update().where(_nodes.c.id == node_id)
                      .values(generation=_nodes.c.generation + 1))
     return plan
+
+
+# -- bulk forms for fleet import -----------------------------------------------------------
+
+def devices_of_nodes(conn: Conn, node_ids: Sequence[int]
+                     ) -> tuple[dict[int, list[PciDevice]], dict[int, dict[str, int]]]:
+    """Every device row of many nodes, locked: (node id -> devices by address,
+    node id -> {address: row id}), in a few chunked reads."""
+    devices: dict[int, list[PciDevice]] = {}
+    ids: dict[int, dict[str, int]] = {}
+    for chunk in chunks(list(node_ids)):
+        stmt = (sa.select(_t.c.compute_node_id, *_DEVICE_COLUMNS)
+                .where(_t.c.compute_node_id.in_(chunk))
+                .order_by(_t.c.compute_node_id, _t.c.address).with_for_update())
+        for row in conn.execute(stmt):
+            devices.setdefault(row.compute_node_id, []).append(_device(row))
+            ids.setdefault(row.compute_node_id, {})[row.address] = row.id
+    return devices, ids
+
+
+def apply_reports(conn: Conn, plans: dict[int, ReportPlan],
+                  ids: dict[int, dict[str, int]]) -> None:
+    """Apply many nodes' report plans (``report_devices`` without the reads and
+    without the generation bump, which the caller makes): one multi-row
+    insert, one executemany update and chunked removals."""
+    adds = [dict(_row_values(d), compute_node_id=node_id, address=d.address)
+            for node_id, plan in plans.items() for d in plan.add]
+    for chunk in chunks(adds, 5000):
+        conn.execute(_t.insert(), list(chunk))
+    updates = [dict(_row_values(d), _id=ids[node_id][d.address])
+               for node_id, plan in plans.items() for d in plan.update]
+    if updates:
+        stmt = _t.update().where(_t.c.id == sa.bindparam("_id")).values(
+            **{k: sa.bindparam(k) for k in updates[0] if k != "_id"})
+        conn.execute(stmt, updates)
+    removed = [ids[node_id][a] for node_id, plan in plans.items() for a in plan.remove]
+    for chunk in chunks(removed):
+        _set_status(conn, list(chunk), (AVAILABLE, UNCLAIMABLE, UNAVAILABLE),
+                    {"status": REMOVED})

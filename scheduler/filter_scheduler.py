@@ -137,9 +137,11 @@ class FilterScheduler:
     """Chooses hosts for requests and holds what it handed out."""
 
     def __init__(self, host_manager: HostManager, conf: cfg.ConfigOpts = cfg.CONF, *,
-                 filters: Sequence | None = None, weighers: Sequence | None = None) -> None:
+                 filters: Sequence | None = None, weighers: Sequence | None = None,
+                 seed: int | None = None) -> None:
         """``filters``/``weighers``: plugin instances to use instead of the
-        configured ``enabled_filters``/``weight_classes`` (embedding, tests)."""
+        configured ``enabled_filters``/``weight_classes`` (embedding, tests);
+        ``seed``: make the random picks repeatable (trace replay, comparisons)."""
         self.host_manager = host_manager
         self.db = host_manager.db
         self.conf = conf
@@ -160,7 +162,7 @@ class FilterScheduler:
         if not host_manager.load_pci_pools:
             host_manager.load_pci_pools = any(f.name == "PciPassthroughFilter"
                                               for f in self.filters)
-        self._rng = random.Random()
+        self._rng = random.Random(seed)
 
     @staticmethod
     def _parse_aliases(raw: list[str]) -> Mapping:

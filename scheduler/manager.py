@@ -248,6 +248,22 @@ class SchedulerManager:
         return [[s.to_primitive() for s in alternatives] for alternatives in result]
 
     @_expected
+    def capacity(self, ctxt, request_spec, per_az=False, per_aggregate=False) -> list[dict]:
+        """How many more instances of each request fit now; claims nothing.
+
+        ``request_spec``: one request spec (or bare flavor) or a list of them.
+        """
+        from scheduler import capacity
+
+        check_json(request_spec, "request_spec")
+        per_az = _bool(per_az, "per_az")
+        per_aggregate = _bool(per_aggregate, "per_aggregate")
+        parse = getattr(self.scheduler, "parse_request", RequestSpec.from_primitive)
+        requests = capacity.parse_requests(request_spec, parse)
+        return capacity.capacity(self.scheduler, requests, per_az=per_az,
+                                 per_aggregate=per_aggregate)
+
+    @_expected
     def release(self, ctxt, instance_uuid) -> bool:
         return bool(self.scheduler.release(_uuid(instance_uuid, "instance_uuid")))
 

@@ -4,8 +4,9 @@ API versions:
 
 * 1.0 - select_destinations, release, reschedule, report_compute_node,
   report_pci_devices, aggregate_create/update/delete/add_host/remove_host/
-  set_metadata/list, list_hosts, show_host, ping; heartbeat (added with
-  berth-agent: an older daemon answers it with NoSuchMethod).
+  set_metadata/list, list_hosts, show_host, ping; heartbeat (for berth-agent)
+  and capacity, added without a version bump while Berth is unreleased (an
+  older daemon answers them with NoSuchMethod).
 
 Errors raised by the daemon come back as the same ``scheduler.exception``
 types. Payloads are checked to be plain JSON here too, so a value that cannot
@@ -102,6 +103,21 @@ class SchedulerAPI:
                 LOG.warning("select_destinations for %s timed out; sending it again "
                             "(%d of %d)", instance_uuids or request_spec["instance_uuids"],
                             attempt + 1, retries)
+
+    def capacity(self, ctxt, request_spec: dict | list, per_az: bool = False,
+                 per_aggregate: bool = False) -> list[dict]:
+        """How many more instances of each request fit now (``scheduler.capacity``).
+
+        Exact dry runs of the real filters: it can take seconds on a big fleet,
+        so it waits up to ``[scheduler] long_rpc_timeout`` like select_destinations.
+        """
+        rpc.check_json(request_spec, "request_spec")
+        monitor = self.timeout or self.conf.rpc_response_timeout
+        cctxt = self.client.prepare(version="1.0",
+                                    timeout=self.conf.scheduler.long_rpc_timeout,
+                                    call_monitor_timeout=monitor)
+        return cctxt.call(ctxt or rpc.new_context(), "capacity", request_spec=request_spec,
+                          per_az=per_az, per_aggregate=per_aggregate)
 
     def release(self, ctxt, instance_uuid: str) -> bool:
         return self._call(ctxt, "release", instance_uuid=instance_uuid)

@@ -1,9 +1,15 @@
 """Scenario runner behind ``berth-manage simulate`` and the functional scenarios.
 
 A scenario (README "File formats") is a fleet, optional config overrides and steps. It runs
-in-process on a throwaway SQLite database; after every step the runner checks
-that each node's usage equals the sum of its allocations and stays within
-(total - reserved) x allocation ratio.
+in-process on a throwaway SQLite database; after every step the runner checks,
+on the hosts that step touched, that each node's usage equals the sum of its
+allocations and stays within (total - reserved) x allocation ratio (NUMA usage
+included), and once more on every host at the end.
+
+Instances may be named by any label (``a1``, ``web-1``) wherever a UUID goes
+(``instance_uuids``, ``release``, ``reschedule``, ``same_host``/``different_host``
+hints, ``instance_group.uuid``, ``expect.same_host_as``): a label maps to a
+stable UUID (:func:`label_uuid`) and the output shows the label.
 """
 from __future__ import annotations
 
@@ -13,11 +19,12 @@ import datetime
 import json
 import os
 import tempfile
+import time
+import uuid as uuidlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import sqlalchemy as sa
-import yaml
 from oslo_config import cfg
 
 from db import migration, models
@@ -53,19 +60,85 @@ class StepResult:
 class ScenarioResult:
     description: str
     steps: list[StepResult]
+    #: The invariants on every host once all steps ran.
+    final_failures: list[str] = dataclasses.field(default_factory=list)
+    #: Seconds spent loading the fleet, running the steps and the final check
+    #: (not in the output: it differs from run to run).
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return all(s.ok for s in self.steps)
+        return all(s.ok for s in self.steps) and not self.final_failures
 
     def to_primitive(self) -> dict:
         return {"description": self.description, "ok": self.ok,
-                "steps": [s.to_primitive() for s in self.steps]}
+                "steps": [s.to_primitive() for s in self.steps],
+                "final_failures": list(self.final_failures)}
+
+
+#: Labels of one scenario map to UUIDs in this namespace (uuid5), so a label
+#: names the same instance in every step, every run and every output.
+LABEL_NAMESPACE = uuidlib.UUID("5d1c4ea3-2a43-4b52-9d7e-5b2f3c1e8a60")
+
+
+def label_uuid(label: str) -> str:
+    """The UUID an instance label stands for; a UUID stands for itself."""
+    try:
+        return str(uuidlib.UUID(label))
+    except (ValueError, TypeError, AttributeError):
+        pass
+    if not isinstance(label, str) or not label.strip() or len(label) > 255:
+        raise ScenarioError(f"instance label: expected a non-empty string of at most 255 "
+                            f"characters, got {label!r}")
+    return str(uuidlib.uuid5(LABEL_NAMESPACE, label))
+
+
+class Labels:
+    """The labels a scenario used, both ways."""
+
+    def __init__(self) -> None:
+        self.by_uuid: dict[str, str] = {}
+
+    def uuid(self, label: Any) -> str:
+        if isinstance(label, int) and not isinstance(label, bool):
+            label = str(label)        # YAML reads `release: 1` as a number
+        value = label_uuid(label)
+        self.by_uuid.setdefault(value, label)
+        return value
+
+    def label(self, value: str) -> str:
+        return self.by_uuid.get(value, value)
+
+    def request(self, body: Any) -> Any:
+        """A copy of a select payload with its labels replaced by UUIDs."""
+        if not isinstance(body, dict):
+            return body
+        out = dict(body)
+        if isinstance(out.get("instance_uuids"), list):
+            out["instance_uuids"] = [self.uuid(v) for v in out["instance_uuids"]]
+        hints = out.get("scheduler_hints")
+        if isinstance(hints, dict):
+            hints = dict(hints)
+            for key in ("same_host", "different_host"):
+                value = hints.get(key)
+                if isinstance(value, str):
+                    value = [value]
+                if isinstance(value, list):
+                    hints[key] = [self.uuid(v) for v in value]
+            if isinstance(hints.get("group"), str):
+                hints["group"] = self.uuid(hints["group"])
+            out["scheduler_hints"] = hints
+        group = out.get("instance_group")
+        if isinstance(group, dict) and isinstance(group.get("uuid"), str):
+            out["instance_group"] = {**group, "uuid": self.uuid(group["uuid"])}
+        return out
 
 
 def load_scenario(path: str) -> dict:
+    from scheduler.fleet import load_yaml
+
     with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+        data = load_yaml(f)
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping at the top level")
     unknown = set(data) - {"description", "config", "fleet", "steps"}
@@ -100,33 +173,55 @@ def config_overrides(conf: cfg.ConfigOpts, overrides: Mapping | None) -> Iterato
             conf.clear_override(name, group=grp)
 
 
-def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
-    """Run one scenario on a throwaway SQLite database."""
+@contextlib.contextmanager
+def throwaway_scheduler(fleet, conf: cfg.ConfigOpts = cfg.CONF, seed: int | None = None
+                        ) -> Iterator[tuple[Database, Any]]:
+    """A FilterScheduler over ``fleet`` (a validated ``Fleet``) imported into a
+    temporary SQLite database, warmed up; everything is removed afterwards."""
     from db import hosts as db_hosts
-    from scheduler import fleet as fleet_mod
     from scheduler.filter_scheduler import FilterScheduler
     from scheduler.host_manager import HostManager
 
-    with tempfile.TemporaryDirectory(prefix="berth-sim-") as tmp, \
-            config_overrides(conf, data.get("config")):
+    with tempfile.TemporaryDirectory(prefix="berth-sim-") as tmp:
         db = Database(f"sqlite:///{os.path.join(tmp, 'sim.sqlite')}")
         scheduler = None
         try:
             migration.db_sync(db)
-            fleet_data = data["fleet"]
-            fleet = fleet_mod.load_fleet(fleet_data)
             db_hosts.import_fleet(db, fleet)
-            scheduler = FilterScheduler(HostManager(db, conf), conf)
-            runner = _Runner(db, scheduler, fleet_data)
-            steps = data["steps"]
-            if not isinstance(steps, list):
-                raise ScenarioError("steps: expected a list")
-            results = [runner.run_step(i, step) for i, step in enumerate(steps)]
+            scheduler = FilterScheduler(HostManager(db, conf), conf, seed=seed)
+            scheduler.warm_up()
+            yield db, scheduler
         finally:
             if scheduler is not None:
                 scheduler.host_manager.close()
             db.dispose()
-    return ScenarioResult(description=data.get("description", ""), steps=results)
+
+
+def run_scenario(data: dict, conf: cfg.ConfigOpts = cfg.CONF) -> ScenarioResult:
+    """Run one scenario on a throwaway SQLite database."""
+    from scheduler import fleet as fleet_mod
+
+    timing: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with config_overrides(conf, data.get("config")):
+        fleet_data = data["fleet"]
+        fleet = fleet_mod.load_fleet(fleet_data)
+        steps = data["steps"]
+        if not isinstance(steps, list):
+            raise ScenarioError("steps: expected a list")
+        with throwaway_scheduler(fleet, conf) as (db, scheduler):
+            runner = _Runner(db, scheduler, fleet_data)
+            t1 = time.perf_counter()
+            try:
+                results = [runner.run_step(i, step) for i, step in enumerate(steps)]
+                t2 = time.perf_counter()
+                final = check_invariants(db, conn=runner.check_conn)
+            finally:
+                runner.close()
+            timing = {"setup_s": t1 - t0, "steps_s": t2 - t1,
+                      "final_check_s": time.perf_counter() - t2}
+    return ScenarioResult(description=data.get("description", ""), steps=results,
+                          final_failures=final, timing=timing)
 
 
 class _Runner:
@@ -135,6 +230,12 @@ class _Runner:
         self.scheduler = scheduler
         self.hosts_data = {h["host"]: dict(h) for h in fleet_data.get("hosts", [])}
         self.placed: dict[str, str] = {}     # instance uuid -> host
+        self.labels = Labels()
+        # One connection for every step's check (a pooled checkout pings first).
+        self.check_conn = db.engine.connect()
+
+    def close(self) -> None:
+        self.check_conn.close()
 
     def run_step(self, index: int, step: Any) -> StepResult:
         if not isinstance(step, dict):
@@ -154,20 +255,37 @@ class _Runner:
                                 f"{', '.join(sorted(bad))}")
         result = StepResult(index=index, kind=kind, ok=True)
         handler = getattr(self, f"_step_{kind}")
+        touched: set[str] = set()
         try:
-            handler(step[kind], step, result)
+            handler(step[kind], step, result, touched)
         except (exception.NoValidHost, exception.InvalidRequest, exception.NotFound,
                 exception.PluginError) as e:
             result.error = type(e).__name__
-            result.message = str(e)
+            result.message = self._with_labels(str(e))
         self._check_expect(expect, result)
-        self._check_invariants(result)
+        if not step.get("dry_run"):
+            touched.update(p["host"] for p in result.placements)
+        if touched:
+            result.failures.extend(check_invariants(self.db, touched, self.check_conn))
         result.ok = not result.failures
         return result
 
     # -- steps ---------------------------------------------------------------
-    def _step_select(self, body, step, result: StepResult) -> None:
-        spec = self.scheduler.parse_request(body)
+    def _with_labels(self, text: str) -> str:
+        for value, label in self.labels.by_uuid.items():
+            if value != label:
+                text = text.replace(value, label)
+        return text
+
+    def _placement(self, chosen, alternates) -> dict:
+        return {"instance": self.labels.label(chosen.instance_uuid),
+                "instance_uuid": chosen.instance_uuid, "host": chosen.host,
+                "node": chosen.node, "weight": round(chosen.weight, 4),
+                "alternates": [s.host for s in alternates],
+                "numa_cells": chosen.numa_cells, "pci_devices": list(chosen.pci_devices)}
+
+    def _step_select(self, body, step, result: StepResult, touched: set[str]) -> None:
+        spec = self.scheduler.parse_request(self.labels.request(body))
         answers = self.scheduler.select_destinations(
             spec, return_alternates=bool(step.get("alternates")),
             dry_run=bool(step.get("dry_run")))
@@ -175,28 +293,35 @@ class _Runner:
             chosen = per_instance[0]
             if not step.get("dry_run"):
                 self.placed[chosen.instance_uuid] = chosen.host
-            result.placements.append({
-                "instance_uuid": chosen.instance_uuid, "host": chosen.host,
-                "node": chosen.node, "weight": round(chosen.weight, 4),
-                "alternates": [s.host for s in per_instance[1:]],
-                "numa_cells": chosen.numa_cells, "pci_devices": list(chosen.pci_devices)})
+            result.placements.append(self._placement(chosen, per_instance[1:]))
 
-    def _step_release(self, body, step, result: StepResult) -> None:
-        uuid = body.get("instance_uuid") if isinstance(body, dict) else body
+    def _step_release(self, body, step, result: StepResult, touched: set[str]) -> None:
+        label = body.get("instance_uuid") if isinstance(body, dict) else body
+        uuid = self.labels.uuid(label)
+        host = self.placed.pop(uuid, None)
+        if host is None:
+            from db import claims
+
+            alloc = claims.get_allocation(self.db, uuid)
+            host = alloc["host"] if alloc else None
         released = self.scheduler.release(uuid)
-        self.placed.pop(uuid, None)
+        if host:
+            touched.add(host)
         result.message = "released" if released else "nothing to release"
 
-    def _step_reschedule(self, body, step, result: StepResult) -> None:
-        sels = self.scheduler.reschedule(body["instance_uuid"], body["failed_host"],
+    def _step_reschedule(self, body, step, result: StepResult, touched: set[str]) -> None:
+        if not isinstance(body, dict) or "instance_uuid" not in body \
+                or "failed_host" not in body:
+            raise ScenarioError("reschedule: instance_uuid and failed_host are required")
+        touched.add(body["failed_host"])
+        sels = self.scheduler.reschedule(self.labels.uuid(body["instance_uuid"]),
+                                         body["failed_host"],
                                          return_alternates=bool(step.get("alternates")))
         chosen = sels[0]
         self.placed[chosen.instance_uuid] = chosen.host
-        result.placements.append({"instance_uuid": chosen.instance_uuid, "host": chosen.host,
-                                  "node": chosen.node, "weight": round(chosen.weight, 4),
-                                  "alternates": [s.host for s in sels[1:]]})
+        result.placements.append(self._placement(chosen, sels[1:]))
 
-    def _step_report(self, body, step, result: StepResult) -> None:
+    def _step_report(self, body, step, result: StepResult, touched: set[str]) -> None:
         from db import hosts as db_hosts
         from scheduler import fleet as fleet_mod
 
@@ -219,9 +344,10 @@ class _Runner:
                              .values(last_seen_up=seen, updated_at=models.utcnow()))
             # Heartbeats are read on an interval; a scenario wants it now.
             self.scheduler.host_manager._heartbeat_read_at = 0.0
+        touched.add(name)
         result.message = f"reported {name}"
 
-    def _step_expect_usage(self, body, step, result: StepResult) -> None:
+    def _step_expect_usage(self, body, step, result: StepResult, touched: set[str]) -> None:
         usage = node_usage(self.db)
         for host, counters in (body or {}).items():
             have = usage.get(host)
@@ -262,16 +388,13 @@ class _Runner:
         if expect.get("hosts_same") and len(set(chosen)) > 1:
             fails.append(f"hosts_same: {chosen}")
         if "same_host_as" in expect:
-            ref = self.placed.get(expect["same_host_as"])
+            ref = self.placed.get(self.labels.uuid(expect["same_host_as"]))
             if ref is None or any(h != ref for h in chosen) or not chosen:
                 fails.append(f"same_host_as {expect['same_host_as']} ({ref}): {chosen}")
         if "alternates" in expect:
             counts = [len(p["alternates"]) for p in result.placements]
             if any(c != expect["alternates"] for c in counts):
                 fails.append(f"alternates: expected {expect['alternates']} each, got {counts}")
-
-    def _check_invariants(self, result: StepResult) -> None:
-        result.failures.extend(check_invariants(self.db))
 
 
 def node_usage(db: Database) -> dict[str, dict[str, Any]]:
@@ -289,39 +412,57 @@ def node_usage(db: Database) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_invariants(db: Database) -> list[str]:
-    """Usage equals the sum of allocations and stays within capacity x ratio."""
+def check_invariants(db: Database, hosts: set[str] | None = None, conn=None) -> list[str]:
+    """Usage equals the sum of allocations and stays within capacity x ratio.
+
+    ``hosts``: check only those hosts' nodes (the ones a step touched); None: all.
+    Two queries (the nodes, their allocations) whatever the number of hosts.
+    ``conn``: an open connection to read on (the runner keeps one for the run).
+    """
+    if conn is None:
+        with db.reader_connection() as conn:
+            return check_invariants(db, hosts, conn)
     cn = models.ComputeNode.__table__
     al = models.Allocation.__table__
-    failures = []
-    with db.reader_connection() as conn:
-        sums = {r[0]: r[1:] for r in conn.execute(
-            sa.select(al.c.compute_node_id, sa.func.sum(al.c.vcpus), sa.func.sum(al.c.memory_mb),
-                      sa.func.sum(al.c.disk_mb), sa.func.count(al.c.id))
-            .group_by(al.c.compute_node_id))}
-        for row in conn.execute(sa.select(cn).where(cn.c.deleted == 0)).mappings():
-            v, m, d, n = (int(x or 0) for x in sums.get(row["id"], (0, 0, 0, 0)))
-            have = (row["vcpus_used"], row["memory_mb_used"], row["disk_mb_used"],
-                    row["running_vms"])
-            if have != (v, m, d, n):
-                failures.append(f"{row['host']}: usage {have} != sum of allocations "
-                                f"{(v, m, d, n)}")
-            limits = ((row["vcpus"] - row["reserved_host_cpus"]) * row["cpu_allocation_ratio"],
-                      (row["memory_mb"] - row["reserved_host_memory_mb"])
-                      * row["ram_allocation_ratio"],
-                      (row["local_gb"] * 1024 - row["reserved_host_disk_mb"])
-                      * row["disk_allocation_ratio"])
-            for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have[:3], limits,
-                                         strict=False):
-                if used > limit:
-                    failures.append(f"{row['host']}: {name} used {used} > limit {limit}")
-            if row["numa_topology"]:
-                fitted = [r[0] for r in conn.execute(
-                    sa.select(al.c.numa_cells).where(al.c.compute_node_id == row["id"],
-                                                     al.c.numa_cells.is_not(None)))]
-                problem = _numa_usage_problem(row["numa_topology"], fitted)
-                if problem:
-                    failures.append(f"{row['host']}: {problem}")
+    nodes_q = sa.select(cn).where(cn.c.deleted == 0)
+    allocs_q = sa.select(al.c.compute_node_id, al.c.vcpus, al.c.memory_mb, al.c.disk_mb,
+                         al.c.numa_cells)
+    if hosts is not None:
+        nodes_q = nodes_q.where(cn.c.host.in_(sorted(hosts)))
+        allocs_q = allocs_q.where(al.c.compute_node_id.in_(
+            sa.select(cn.c.id).where(cn.c.host.in_(sorted(hosts)))))
+    sums: dict[int, list[int]] = {}
+    fitted: dict[int, list[str]] = {}
+    failures: list[str] = []
+    with contextlib.nullcontext() if conn.in_transaction() else conn.begin():
+        for node_id, vcpus, memory_mb, disk_mb, numa_cells in conn.execute(allocs_q):
+            total = sums.setdefault(node_id, [0, 0, 0, 0])
+            total[0] += vcpus
+            total[1] += memory_mb
+            total[2] += disk_mb
+            total[3] += 1
+            if numa_cells is not None:
+                fitted.setdefault(node_id, []).append(numa_cells)
+        rows = list(conn.execute(nodes_q).mappings())
+    for row in rows:
+        want = tuple(sums.get(row["id"], (0, 0, 0, 0)))
+        have = (row["vcpus_used"], row["memory_mb_used"], row["disk_mb_used"],
+                row["running_vms"])
+        if have != want:
+            failures.append(f"{row['host']}: usage {have} != sum of allocations {want}")
+        limits = ((row["vcpus"] - row["reserved_host_cpus"]) * row["cpu_allocation_ratio"],
+                  (row["memory_mb"] - row["reserved_host_memory_mb"])
+                  * row["ram_allocation_ratio"],
+                  (row["local_gb"] * 1024 - row["reserved_host_disk_mb"])
+                  * row["disk_allocation_ratio"])
+        for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have[:3], limits,
+                                     strict=False):
+            if used > limit:
+                failures.append(f"{row['host']}: {name} used {used} > limit {limit}")
+        if row["numa_topology"]:
+            problem = _numa_usage_problem(row["numa_topology"], fitted.get(row["id"], []))
+            if problem:
+                failures.append(f"{row['host']}: {problem}")
     return failures
 
 
@@ -352,13 +493,15 @@ def format_table(result: ScenarioResult) -> str:
         if s.placements:
             for p in s.placements:
                 alt = f"  alternates: {', '.join(p['alternates'])}" if p["alternates"] else ""
-                lines.append(f"{status} step {s.index} {s.kind}: {p['instance_uuid']} -> "
-                             f"{p['host']}{alt}")
+                name = p.get("instance", p["instance_uuid"])
+                lines.append(f"{status} step {s.index} {s.kind}: {name} -> {p['host']}{alt}")
         else:
             detail = f"{s.error}: {s.message}" if s.error else s.message
             lines.append(f"{status} step {s.index} {s.kind}: {detail}")
         for f in s.failures:
             lines.append(f"     ! {f}")
+    for f in result.final_failures:
+        lines.append(f"FAIL final check: {f}")
     lines.append("PASSED" if result.ok else "FAILED")
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
-"""``berth-manage``: operator commands (database, hosts, PCI, aggregates, NUMA, simulate).
+"""``berth-manage``: operator commands (database, hosts, PCI, aggregates, NUMA, simulate,
+capacity).
 
 Exit status: 0 done, 1 failed (not found, conflict, database trouble), 2 invalid
 input (bad file, bad argument, bad configuration). Expected errors print one
@@ -27,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cmd.manage_aggregate",
     "scheduler.cmd.manage_numa",
     "scheduler.cmd.manage_simulate",
+    "scheduler.cmd.manage_capacity",
 )
 
 
@@ -60,7 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg.CONF.clear()  # a second main() in one process (tests) parses afresh
     logging.register_options(cfg.CONF)
     try:
-        common.load_config(args.config_file, args.config_dir)
+        # A command may take --config-file after its name too (simulate does).
+        common.load_config((args.config_file or []) +
+                           (getattr(args, "command_config_file", None) or []) or None,
+                           args.config_dir)
     except cfg.Error as e:
         common.error(f"configuration: {e}")
         return common.EXIT_INVALID
