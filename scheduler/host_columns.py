@@ -28,7 +28,8 @@ first ``MAX_CELLS`` cells; -1 where a host has no such cell): ``cell_free_pcpus`
 ``cell_free_cores``, ``cell_free_pair_cpus``, ``cell_shared_room``,
 ``cell_memory_mb``, ``cell_memory_usage``, ``cell_small_kb`` (the smallest page
 size, 0 when the cell lists no pages), ``cell_small_free_kb``,
-``cell_small_total_kb``.
+``cell_small_total_kb``, ``cell_free_2m_pages`` / ``cell_free_1g_pages`` (free
+pages of that size; -1 when the cell lists none).
 Besides these, one integer column per registered class key
 (``class_codes(name)``) and, on demand, aggregate metadata values
 (``aggregate_min(key)``).
@@ -58,7 +59,7 @@ FLOAT_FIELDS = ("memory_used", "memory_limit", "memory_usable", "vcpus", "vcpus_
 BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates")
 CELL_FIELDS = ("cell_free_pcpus", "cell_free_cores", "cell_free_pair_cpus", "cell_shared_room",
                "cell_memory_mb", "cell_memory_usage", "cell_small_kb", "cell_small_free_kb",
-               "cell_small_total_kb")
+               "cell_small_total_kb", "cell_free_2m_pages", "cell_free_1g_pages")
 MAX_CELLS = 8
 
 
@@ -92,13 +93,16 @@ def _cell_values(topology, cpu_ratio: float) -> tuple:
         whole = [core for core in cell.cores() if pinned.isdisjoint(core)]
         capacity = len(cell.cpuset)
         small = min(cell.mempages, key=lambda page: page.size_kb) if cell.mempages else None
+        page_2m, page_1g = cell.mempage(2048), cell.mempage(1048576)
         rows.append((len(cell.pcpuset) - len(pinned), len(whole),
                      sum(len(core) for core in whole if len(core) > 1),
                      min(capacity, capacity * cpu_ratio - cell.cpu_usage),
                      cell.memory_mb, cell.memory_usage,
                      0 if small is None else small.size_kb,
                      0 if small is None else small.free * small.size_kb,
-                     0 if small is None else small.total * small.size_kb))
+                     0 if small is None else small.total * small.size_kb,
+                     -1 if page_2m is None else page_2m.free,
+                     -1 if page_1g is None else page_1g.free))
     rows.extend([_NO_CELL] * (MAX_CELLS - len(rows)))
     return tuple(zip(*rows, strict=True))
 

@@ -21,6 +21,52 @@ def _pinned_key(host) -> tuple:
             None if topology is None else isolate_on_smt_hosts(topology))
 
 
+def _sure_memory(cols, cell):
+    """Per host cell: certainly room for the guest cell's memory (None: unknown
+    for this page size request)."""
+    memory_kb = cell.memory_mb * 1024
+    small = cols.cell_small_kb
+    has_pages = small > 0
+    per_page = np.where(has_pages, small, 1)
+    whole_small = np.mod(memory_kb, per_page) == 0
+    ratio = cols.ram_ratio[:, None]
+    if cell.pcpuset:
+        ratio = np.minimum(ratio, 1.0)
+    room = cols.cell_memory_mb * ratio - cols.cell_memory_usage
+    plain = cell.memory_mb <= np.minimum(room, cols.cell_memory_mb)
+    request = cell.pagesize
+    if request is None:
+        pages_kb = cols.cell_small_free_kb if cell.pcpuset else cols.cell_small_total_kb
+        return plain & (~has_pages | (whole_small & (pages_kb / 1024 >= cell.memory_mb)))
+
+    def fits(free_pages, size):
+        return (free_pages >= 0) & (memory_kb % size == 0) & (memory_kb // size <= free_pages)
+
+    fit_small = has_pages & whole_small & (memory_kb // per_page <= cols.cell_small_free_kb
+                                           // per_page)
+    fit_2m = fits(cols.cell_free_2m_pages, 2048)
+    fit_1g = fits(cols.cell_free_1g_pages, 1048576)
+    if request == numa_topology.PAGES_SMALL:
+        paged = fit_small
+    elif request == numa_topology.PAGES_ANY:
+        paged = fit_small | fit_2m | fit_1g
+    elif request == numa_topology.PAGES_LARGE:
+        paged = has_pages & ((fit_2m & (small != 2048)) | (fit_1g & (small != 1048576)))
+    elif request == 2048:
+        paged = fit_2m
+    elif request == 1048576:
+        paged = fit_1g
+    else:
+        return None
+    if cell.cpuset:
+        # shared vCPUs stay within the RAM ratio in pages too
+        paged = paged & (cols.cell_memory_usage + cell.memory_mb
+                         <= cols.cell_memory_mb * cols.ram_ratio[:, None])
+    if request in (numa_topology.PAGES_SMALL, numa_topology.PAGES_ANY):
+        return (~has_pages & plain) | (has_pages & paged)
+    return paged
+
+
 class NUMATopologyFilter(BaseHostFilter):
     """Passes hosts where ``numa.fitting`` finds a fit (``HostState.numa_reason``),
     PCI devices on the chosen cells included.
@@ -80,11 +126,12 @@ class NUMATopologyFilter(BaseHostFilter):
         return refused
 
     def sure_passes(self, cols, spec):
-        """Hosts that certainly take a one-cell guest without PCI devices nor a
-        page size: some host cell (of the first ``MAX_CELLS``) has the pinned
-        CPUs its thread policy needs, room for its shared CPUs, and its memory
-        in small pages (free ones for pinned vCPUs, in all for shared) within
-        the cell's memory and RAM ratio (at most 1 for pinned vCPUs)."""
+        """Hosts that certainly take a one-cell guest without PCI devices: some
+        host cell (of the first ``MAX_CELLS``) has the pinned CPUs its thread
+        policy needs, room for its shared CPUs, and its memory — in small pages
+        (free ones for pinned vCPUs, in all for shared) within the cell's memory
+        and RAM ratio (at most 1 for pinned vCPUs) when it asks no page size, or
+        in free pages of a size it allows."""
         guest = spec.numa_topology
         if len(guest.cells) != 1 or spec.pci_requests:
             return False
@@ -92,11 +139,13 @@ class NUMATopologyFilter(BaseHostFilter):
         policy = cell.cpu_thread_policy
         reserve = 1 if guest.emulator_threads_isolated else 0
         wanted = len(cell.pcpuset) + reserve
-        if cell.pagesize is not None or (
-                policy == numa_topology.ISOLATE and wanted
-                and host_state.isolate_on_smt_hosts() == "refuse"):
+        if policy == numa_topology.ISOLATE and wanted \
+                and host_state.isolate_on_smt_hosts() == "refuse":
             return False
-        ok = cols.cell_memory_mb >= 0
+        memory = _sure_memory(cols, cell)
+        if memory is None:
+            return False
+        ok = (cols.cell_memory_mb >= 0) & memory
         if wanted:
             ok &= cols.cell_free_pcpus >= wanted
             if policy == numa_topology.ISOLATE:
@@ -105,17 +154,6 @@ class NUMATopologyFilter(BaseHostFilter):
                 ok &= cols.cell_free_pair_cpus >= wanted - reserve
         if cell.cpuset:
             ok &= cols.cell_shared_room >= len(cell.cpuset)
-        memory_kb = cell.memory_mb * 1024
-        small = cols.cell_small_kb
-        has_pages = small > 0
-        pages_kb = cols.cell_small_free_kb if cell.pcpuset else cols.cell_small_total_kb
-        whole = np.mod(memory_kb, np.where(has_pages, small, 1)) == 0
-        ok &= ~has_pages | (whole & (pages_kb / 1024 >= cell.memory_mb))
-        ratio = cols.ram_ratio[:, None]
-        if cell.pcpuset:
-            ratio = np.minimum(ratio, 1.0)
-        room = cols.cell_memory_mb * ratio - cols.cell_memory_usage
-        ok &= cell.memory_mb <= np.minimum(room, cols.cell_memory_mb)
         return cols.has_numa & ok.any(axis=1)
 
     def host_passes(self, host, spec) -> str | None:

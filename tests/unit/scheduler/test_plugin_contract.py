@@ -402,11 +402,19 @@ def _edge_host(rng, i):
                 "memory_mb": 8192, "pinned_cpus": sorted(pinned),
                 "cpu_usage": rng.choice([0, 1, 3, 6]),
                 "memory_usage": rng.choice([0, 1024, 4096, 7000])}
-        if rng.random() < 0.5:
-            small = rng.choice([0, 262144, 1048576])
-            cell["mempages"] = [{"size_kb": 4, "total": 2097152 - small,
-                                 "used": rng.choice([0, 262144, 1000000])},
-                                {"size_kb": 2048, "total": small // 2048}]
+        if rng.random() < 0.6:
+            huge = rng.choice([0, 262144, 1048576])
+            giga = rng.choice([0, 1048576, 2097152])
+            small = (8388608 - huge - giga) // 4     # 8 GiB in KiB, in 4 KiB pages
+            cell["mempages"] = [{"size_kb": 4, "total": small,
+                                 "used": rng.choice([0, small // 8, small // 2])},
+                                {"size_kb": 2048, "total": huge // 2048,
+                                 "used": rng.choice([0, 1, 64]) if huge else 0},
+                                {"size_kb": 1048576, "total": giga // 1048576,
+                                 "used": rng.choice([0, 1]) if giga else 0}]
+            if rng.random() < 0.25:         # a cell whose smallest pages are 2 MiB
+                cell["mempages"] = cell["mempages"][1:] or cell["mempages"]
+                cell["mempages"][0]["total"] = max(cell["mempages"][0]["total"], 1024)
         cells.append(cell)
     return fakes.fake_host(f"e{i}", numa_topology=topo.HostTopology.from_primitive(
         {"cells": cells}), cpu_allocation_ratio=rng.choice([1.0, 2.0]),
@@ -441,12 +449,25 @@ def test_the_numa_shortcuts_at_their_edges(conf):
                           {"hw:numa_nodes": "1"}):
                 reqs.append({"vcpus": vcpus, "memory_mb": 1024, "extra_specs": extra})
     for m in sorted(memories):
-        for mem in (m, m + 1):
+        for mem in (m, m + 1, m + 3):
             for extra in ({"hw:cpu_policy": "dedicated"}, {"hw:numa_nodes": "1"}):
                 reqs.append({"vcpus": 1, "memory_mb": mem, "extra_specs": extra})
+    for name, size in (("cell_free_2m_pages", 2048), ("cell_free_1g_pages", 1048576),
+                       ("cell_small_free_kb", None)):
+        for value in sorted({int(x) for x in getattr(cols, name).ravel() if x > 0}):
+            mb = value * size // 1024 if size else value // 1024
+            for mem in (mb, mb + 1, mb + 2, mb + (size or 0) // 1024):
+                for page in ("small", "large", "any", "2MB", "1GB"):
+                    for extra in ({"hw:cpu_policy": "dedicated"}, {"hw:numa_nodes": "1"}):
+                        reqs.append({"vcpus": 1, "memory_mb": mem, "extra_specs": {
+                            "hw:mem_page_size": page, **extra}})
     sure = 0
     for flavor in reqs:
-        req = testing.request(fakes.fake_spec(flavor={"root_gb": 1, **flavor}))
+        try:
+            spec = fakes.fake_spec(flavor={"root_gb": 1, **flavor})
+        except exception.InvalidRequest:
+            continue            # e.g. memory not a whole number of the pages asked
+        req = testing.request(spec)
         sure += int(np.sum(flt.sure_passes(cols, flt.prepare(req))))
         testing.check_filter(flt, hosts, [req])
     assert sure > 0
