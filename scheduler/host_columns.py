@@ -153,6 +153,8 @@ class HostColumns:
             setattr(self, name, np.zeros(n, dtype=bool))
         for name in CELL_FIELDS:
             setattr(self, name, np.full((n, MAX_CELLS), -1.0))
+        #: How many ``cell_*`` columns any row has used (they only grow).
+        self.cell_columns = 0
         #: Per row, the HostState.version the row was written from.
         self.versions = np.zeros(n, dtype=np.int64)
         self.index_by_host: dict[str, list[int]] = {}
@@ -196,6 +198,9 @@ class HostColumns:
             for col, value in zip(cells, _cell_values(hs.numa_topology,
                                                       hs.cpu_allocation_ratio), strict=True):
                 col[i] = value
+            if hs.numa_topology is not None:
+                self.cell_columns = max(self.cell_columns,
+                                        min(len(hs.numa_topology.cells), MAX_CELLS))
             aggs = hs.aggregates
             if self._agg_source[i] is not aggs:
                 # Only when the aggregates changed, not on every consume.
@@ -280,6 +285,7 @@ class HostColumns:
         other.classes = self.classes
         for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
             setattr(other, name, getattr(self, name).copy())
+        other.cell_columns = self.cell_columns
         other.index_by_host = self.index_by_host
         other.row_of_node = self.row_of_node
         other._agg_min = {k: (v.copy(), p.copy()) for k, (v, p) in self._agg_min.items()}

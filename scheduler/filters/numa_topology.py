@@ -21,31 +21,31 @@ def _pinned_key(host) -> tuple:
             None if topology is None else isolate_on_smt_hosts(topology))
 
 
-def _sure_memory(cols, cell):
-    """Per host cell: certainly room for the guest cell's memory (None: unknown
-    for this page size request)."""
+def _sure_memory(col, ram_ratio, cell):
+    """Per host cell (``col(name)``: a cell column): certainly room for the guest
+    cell's memory (None: unknown for this page size request)."""
     memory_kb = cell.memory_mb * 1024
-    small = cols.cell_small_kb
+    small = col("cell_small_kb")
     has_pages = small > 0
     per_page = np.where(has_pages, small, 1)
     whole_small = np.mod(memory_kb, per_page) == 0
-    ratio = cols.ram_ratio[:, None]
+    ratio = ram_ratio
     if cell.pcpuset:
         ratio = np.minimum(ratio, 1.0)
-    room = cols.cell_memory_mb * ratio - cols.cell_memory_usage
-    plain = cell.memory_mb <= np.minimum(room, cols.cell_memory_mb)
+    memory_mb, usage = col("cell_memory_mb"), col("cell_memory_usage")
+    plain = cell.memory_mb <= np.minimum(memory_mb * ratio - usage, memory_mb)
     request = cell.pagesize
     if request is None:
-        pages_kb = cols.cell_small_free_kb if cell.pcpuset else cols.cell_small_total_kb
+        pages_kb = col("cell_small_free_kb" if cell.pcpuset else "cell_small_total_kb")
         return plain & (~has_pages | (whole_small & (pages_kb / 1024 >= cell.memory_mb)))
 
     def fits(free_pages, size):
         return (free_pages >= 0) & (memory_kb % size == 0) & (memory_kb // size <= free_pages)
 
-    fit_small = has_pages & whole_small & (memory_kb // per_page <= cols.cell_small_free_kb
+    fit_small = has_pages & whole_small & (memory_kb // per_page <= col("cell_small_free_kb")
                                            // per_page)
-    fit_2m = fits(cols.cell_free_2m_pages, 2048)
-    fit_1g = fits(cols.cell_free_1g_pages, 1048576)
+    fit_2m = fits(col("cell_free_2m_pages"), 2048)
+    fit_1g = fits(col("cell_free_1g_pages"), 1048576)
     if request == numa_topology.PAGES_SMALL:
         paged = fit_small
     elif request == numa_topology.PAGES_ANY:
@@ -60,8 +60,7 @@ def _sure_memory(cols, cell):
         return None
     if cell.cpuset:
         # shared vCPUs stay within the RAM ratio in pages too
-        paged = paged & (cols.cell_memory_usage + cell.memory_mb
-                         <= cols.cell_memory_mb * cols.ram_ratio[:, None])
+        paged = paged & (usage + cell.memory_mb <= memory_mb * ram_ratio)
     if request in (numa_topology.PAGES_SMALL, numa_topology.PAGES_ANY):
         return (~has_pages & plain) | (has_pages & paged)
     return paged
@@ -142,18 +141,22 @@ class NUMATopologyFilter(BaseHostFilter):
         if policy == numa_topology.ISOLATE and wanted \
                 and host_state.isolate_on_smt_hosts() == "refuse":
             return False
-        memory = _sure_memory(cols, cell)
-        if memory is None:
+        k = cols.cell_columns          # only the cell columns some host uses
+
+        def col(name):
+            return getattr(cols, name)[:, :k]
+        memory = _sure_memory(col, cols.ram_ratio[:, None], cell)
+        if memory is None or not k:
             return False
-        ok = (cols.cell_memory_mb >= 0) & memory
+        ok = (col("cell_memory_mb") >= 0) & memory
         if wanted:
-            ok &= cols.cell_free_pcpus >= wanted
+            ok &= col("cell_free_pcpus") >= wanted
             if policy == numa_topology.ISOLATE:
-                ok &= cols.cell_free_cores >= wanted
+                ok &= col("cell_free_cores") >= wanted
             elif policy == numa_topology.REQUIRE:
-                ok &= cols.cell_free_pair_cpus >= wanted - reserve
+                ok &= col("cell_free_pair_cpus") >= wanted - reserve
         if cell.cpuset:
-            ok &= cols.cell_shared_room >= len(cell.cpuset)
+            ok &= col("cell_shared_room") >= len(cell.cpuset)
         return cols.has_numa & ok.any(axis=1)
 
     def host_passes(self, host, spec) -> str | None:
