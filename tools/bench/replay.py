@@ -202,8 +202,9 @@ def _child(url: str, trace_path: str, out_path: str, profile_top: int) -> int:
 
         prof.disable()
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).strip_dirs().sort_stats("cumulative").print_stats(
-            profile_top)
+        stats = pstats.Stats(prof, stream=buf).strip_dirs()
+        stats.sort_stats("cumulative").print_stats(profile_top)
+        stats.sort_stats("tottime").print_stats(profile_top)
         profile_text = buf.getvalue()
     db.dispose()
     with open(out_path, "w") as f:
