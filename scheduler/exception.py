@@ -6,7 +6,7 @@ from __future__ import annotations
 from db.errors import BerthError, Conflict, InvalidRequest, NotFound
 
 __all__ = ["BerthError", "Conflict", "InvalidRequest", "NoValidHost", "NotFound",
-           "PluginError"]
+           "PluginError", "RequestTimeout"]
 
 
 class NoValidHost(BerthError):
@@ -34,3 +34,17 @@ class PluginError(BerthError):
         super().__init__(message, plugin=plugin, reason=reason)
         self.plugin = plugin
         self.reason = reason
+
+
+class RequestTimeout(BerthError):
+    """A request ran past ``[scheduler] request_timeout``; it failed as a whole and
+    nothing of it stays claimed."""
+
+    msg_fmt = ("Request stopped after %(timeout)s s ([scheduler] request_timeout) while "
+               "placing instance %(instance_index)s; nothing was claimed")
+
+    def __init__(self, message: str | None = None, *, timeout: float = 0.0,
+                 instance_index: int = 0) -> None:
+        super().__init__(message, timeout=timeout, instance_index=instance_index)
+        self.timeout = timeout
+        self.instance_index = instance_index

@@ -80,6 +80,16 @@ scheduler_opts = [
                     "many times an instance is placed again from scratch when its "
                     "server group changed under it (another scheduler placed "
                     "members this one had not seen yet)."),
+    cfg.FloatOpt("request_timeout", default=60.0, min=0.0,
+                 help="Seconds one select_destinations (or reschedule) may spend "
+                      "placing its instances. Past it the request fails with "
+                      "RequestTimeout and whatever it had claimed is released; 0 "
+                      "means no limit. Keep it well below the clients' [scheduler] "
+                      "long_rpc_timeout."),
+    cfg.IntOpt("max_request_work", default=2000000, min=0,
+               help="Largest num_instances x hosts in the cache one request may ask "
+                    "for; a larger request is refused up front with InvalidRequest "
+                    "naming num_instances (split it). 0 means no limit."),
 ]
 pci_opts = [
     cfg.MultiStrOpt("alias", default=[],
@@ -105,6 +115,10 @@ def load_weighers(names: Sequence[str], conf) -> list:
     return load_plugins(WEIGHER_NAMESPACE, names, conf, "weight_classes")
 
 
+#: The clock of request deadlines (a module attribute so tests can drive it).
+_clock = time.perf_counter
+
+
 class _GroupChanged(Exception):
     """The claim found group members the cache did not show: place the instance
     again with fresh group counts."""
@@ -120,6 +134,14 @@ class _Request:
     group: str | None
     #: Members placed by this request that the cache does not count (dry runs).
     local_group: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    #: ``time.perf_counter()`` past which the request fails (inf: no deadline).
+    deadline: float = float("inf")
+    timeout: float = 0.0
+
+    def check_deadline(self, index: int) -> None:
+        """One clock read: raise RequestTimeout once the deadline has passed."""
+        if _clock() > self.deadline:
+            raise exception.RequestTimeout(timeout=self.timeout, instance_index=index)
 
 
 class FilterScheduler:
@@ -188,18 +210,25 @@ class FilterScheduler:
         ``max_attempts - 1`` alternates when ``return_alternates``.
         """
         t0 = time.monotonic()
+        timeout = self.conf.scheduler.request_timeout
+        deadline = _clock() + timeout if timeout > 0 else float("inf")
         uuids = self._instance_uuids(spec, instance_uuids)
         self.host_manager.refresh()
+        self._check_work(spec)
         keep = max(self.conf.filter_scheduler.host_subset_size,
                    self.conf.scheduler.max_attempts) + 8
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
         req = _Request(spec=spec, dry_run=dry_run, group=group,
                        cycle=cycles.Cycle(self.steps, self.weighers,
-                                          self.host_manager.columns, keep))
+                                          self.host_manager.columns, keep),
+                       deadline=deadline, timeout=timeout)
         results: list[list[Selection]] = []
         claimed: list[str] = []
         try:
             for index, instance_uuid in enumerate(uuids):
+                req.check_deadline(index)
+                if index:
+                    time.sleep(0)   # let other requests of this worker run (eventlet)
                 weight, chosen, consumed, alternates = self._place_instance(
                     req, index, instance_uuid)
                 if dry_run:
@@ -215,6 +244,12 @@ class FilterScheduler:
         except exception.NoValidHost as e:
             LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
                      e.reason)
+            self._undo(claimed)
+            raise
+        except exception.RequestTimeout as e:
+            LOG.warning("Request (%d instances) stopped at instance %d after %.1f s "
+                        "([scheduler] request_timeout); releasing %d claims",
+                        spec.num_instances, e.instance_index, timeout, len(claimed))
             self._undo(claimed)
             raise
         except Exception:
@@ -255,6 +290,16 @@ class FilterScheduler:
         return self.select_destinations(spec, [instance_uuid], return_alternates)[0]
 
     # -- steps -------------------------------------------------------------
+    def _check_work(self, spec: RequestSpec) -> None:
+        """Refuse up front a request whose instances x hosts exceed max_request_work."""
+        cap = self.conf.scheduler.max_request_work
+        hosts = self.host_manager.columns.n
+        if cap and spec.num_instances * hosts > cap:
+            raise exception.InvalidRequest(
+                field="num_instances",
+                reason=f"{spec.num_instances} instances x {hosts} hosts is more work than "
+                       f"[scheduler] max_request_work ({cap}) allows: split the request")
+
     @staticmethod
     def _instance_uuids(spec: RequestSpec, given: Sequence[str] | None) -> list[str]:
         uuids = list(given) if given else list(spec.instance_uuids or ())
@@ -285,6 +330,8 @@ class FilterScheduler:
         """Filter, weigh and consume for one instance: (weight, host, Consumed,
         the other candidates in pick order)."""
         for attempt in range(self.conf.scheduler.claim_retries + 1):
+            if attempt:
+                req.check_deadline(index)
             request = self._context(req, index)
             if attempt:
                 req.cycle.start_instance(request, again=True)
@@ -351,6 +398,8 @@ class FilterScheduler:
                 if pos == len(order):
                     break
             weight, host = weighed[order[pos]]
+            if pos:
+                req.check_deadline(request.index)
             pos += 1
             consumed = self._try_consume(req, host, request.index, instance_uuid, refused)
             if consumed is None:

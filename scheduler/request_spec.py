@@ -17,6 +17,10 @@ GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affin
 MAX_INSTANCES = 1000
 MAX_LIST = 1000
 MAX_STR = 255
+#: PCI requests in one spec: ``pci_passthrough:alias`` items plus ``pci_requests``.
+MAX_PCI_REQUESTS = 64
+#: Devices asked for by one instance, over all its PCI requests.
+MAX_PCI_DEVICES = 1024
 
 _TOP_LEVEL = frozenset({
     "num_instances", "instance_uuids", "project_id", "user_id", "flavor", "image",
@@ -306,8 +310,9 @@ class RequestSpec:
         raw_pci = data.get("pci_requests") or []
         if not isinstance(raw_pci, list):
             raise InvalidRequest(field="pci_requests", reason="expected a list")
-        if len(raw_pci) > 64:
-            raise InvalidRequest(field="pci_requests", reason="more than 64 requests")
+        if len(raw_pci) > MAX_PCI_REQUESTS:
+            raise InvalidRequest(field="pci_requests",
+                                 reason=f"more than {MAX_PCI_REQUESTS} requests")
         spec = cls(
             flavor=flavor,
             num_instances=num,
@@ -407,6 +412,14 @@ def _pci_requests(flavor: Flavor, image: Image, raw: list, aliases: Mapping) -> 
     policy = _pci_numa_policy(flavor, image)
     if not raw and not alias_spec:
         return ()
+    if alias_spec:
+        items = sum(1 for item in alias_spec.split(",") if item.strip())
+        if items + len(raw) > MAX_PCI_REQUESTS:
+            field = ("flavor.extra_specs.pci_passthrough:alias" if items > MAX_PCI_REQUESTS
+                     else "pci_requests")
+            raise InvalidRequest(field=field, reason=f"{items} alias items and {len(raw)} "
+                                                     f"PCI requests: at most "
+                                                     f"{MAX_PCI_REQUESTS} in all")
     from pci import errors as pci_errors
     from pci import request as pci_request
 
@@ -417,6 +430,11 @@ def _pci_requests(flavor: Flavor, image: Image, raw: list, aliases: Mapping) -> 
                                                               numa_policy=policy))
         if raw:
             out += tuple(pci_request.requests_from_primitive(raw))
-        return out
     except pci_errors.PciError as e:
         raise InvalidRequest(field=e.field, reason=e.reason) from None
+    devices = sum(r.count for r in out)
+    if devices > MAX_PCI_DEVICES:
+        field = "pci_requests" if raw else "flavor.extra_specs.pci_passthrough:alias"
+        raise InvalidRequest(field=field, reason=f"{devices} devices asked for: at most "
+                                                 f"{MAX_PCI_DEVICES} per instance")
+    return out
