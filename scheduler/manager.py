@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -22,10 +21,8 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
-from db import aggregates, hosts, models
+from db import aggregates, hosts, limits, models
 from db import pci as db_pci
-from pci.device import validate_device
-from pci.errors import PciError
 from scheduler import exception, fleet
 from scheduler.request_spec import RequestSpec
 from scheduler.rpc import ALLOWED_REMOTE_EXMODS, check_json
@@ -39,7 +36,6 @@ MAX_INSTANCES = 1000    # instance_uuids in one select_destinations
 MAX_PCI_DEVICES = 4096  # devices in one report_pci_devices
 MAX_METADATA = 128      # keys in one aggregate metadata update
 MAX_AGGREGATE_HOSTS = 10000
-_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")
 
 def _wire_error(error: exception.BerthError) -> exception.BerthError:
     """The same error as a type of a module the client may rebuild
@@ -73,8 +69,10 @@ def _name(value: Any, field: str) -> str:
     if len(value) > MAX_NAME:
         raise exception.InvalidRequest(field=field,
                                        reason=f"longer than {MAX_NAME} characters")
-    if not _NAME_RE.match(value):
+    if limits.has_control(value):
         raise exception.InvalidRequest(field=field, reason="contains control characters")
+    if not value.strip():
+        raise exception.InvalidRequest(field=field, reason="blank")
     return value
 
 
@@ -132,6 +130,34 @@ def _metadata(value: Any, field: str) -> dict[str, str | None]:
                                            reason=f"longer than {MAX_NAME} characters")
         out[k] = v
     return out
+
+
+_CAPACITY = (("vcpus", "reserved_host_cpus", "cpu_allocation_ratio", "vcpus_used", 1),
+             ("memory_mb", "reserved_host_memory_mb", "ram_allocation_ratio",
+              "memory_mb_used", 1),
+             ("local_gb", "reserved_host_disk_mb", "disk_allocation_ratio",
+              "disk_mb_used", 1024))
+
+
+def _check_not_below_usage(session, record) -> None:
+    """Refuse a report that leaves the node less capacity than its allocations use
+    (the field named is the capacity); the operator drains the host first."""
+    cn = models.ComputeNode
+    node = session.execute(sa.select(cn).where(
+        cn.hypervisor_hostname == record.node, cn.deleted == 0)).scalars().first()
+    if node is None:
+        return
+    for total, reserved, ratio, used_col, unit in _CAPACITY:
+        used = getattr(node, used_col)
+        if not used:
+            continue
+        cap = ((getattr(record, total) * unit - getattr(record, reserved))
+               * getattr(record, ratio))
+        if used > cap:
+            raise exception.InvalidRequest(
+                field=f"node.{total}",
+                reason=f"leaves {cap:g} for {used} already allocated on {record.node} "
+                       f"({used_col}); release or move instances first")
 
 
 def _primitive(value: Any) -> Any:
@@ -208,8 +234,9 @@ class SchedulerManager:
     def report_compute_node(self, ctxt, node) -> dict:
         """Upsert one host (fleet format): capacity, ratios, topology; heartbeats it."""
         check_json(node, "node")
-        record = fleet.parse_host(_dict(node, "node"))
+        record = fleet.parse_host(_dict(node, "node"), where="node")
         with self.db.writer() as session:
+            _check_not_below_usage(session, record)
             hosts.upsert_host(session, record)
         LOG.info("Host %s reported: %d vCPUs, %d MB RAM, %d GB disk",
                  record.host, record.vcpus, record.memory_mb, record.local_gb)
@@ -226,10 +253,7 @@ class SchedulerManager:
         if len(devices) > MAX_PCI_DEVICES:
             raise exception.InvalidRequest(field="devices",
                                            reason=f"more than {MAX_PCI_DEVICES} devices")
-        try:
-            parsed = [validate_device(d, f"devices[{i}]") for i, d in enumerate(devices)]
-        except PciError as e:
-            raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
+        parsed = fleet.parse_pci_devices(devices, "devices")
         with self.db.writer_connection() as conn:
             plan = db_pci.report_devices(conn, self._node_id(conn, node), parsed)
         if dataclasses.is_dataclass(plan):

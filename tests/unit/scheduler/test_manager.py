@@ -145,8 +145,8 @@ def test_report_compute_node_upserts_and_bumps_generation(manager, sqlite_db):
 
 @pytest.mark.parametrize("node, field", [
     ("compute-001", "node"),
-    ({**HOST, "vcpus": -1}, "hosts[0].vcpus"),
-    ({**HOST, "bogus": 1}, "hosts[0]"),
+    ({**HOST, "vcpus": -1}, "node.vcpus"),
+    ({**HOST, "bogus": 1}, "node.bogus"),
     ({**HOST, "stats": {"k": float("inf")}}, "node.stats.k"),
 ])
 def test_report_compute_node_refuses_bad_payloads(manager, sqlite_db, node, field):
