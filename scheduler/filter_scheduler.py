@@ -137,6 +137,9 @@ class _Request:
     #: ``time.perf_counter()`` past which the request fails (inf: no deadline).
     deadline: float = float("inf")
     timeout: float = 0.0
+    #: The spec as stored with the allocations, and its row once the first claim wrote it.
+    stored_spec: str | None = None
+    spec_row_id: int | None = None
 
     def check_deadline(self, index: int) -> None:
         """One clock read: raise RequestTimeout once the deadline has passed."""
@@ -432,7 +435,7 @@ class FilterScheduler:
             if reason:
                 refused[reason] += 1
             return consumed
-        persist = self._persister(req.spec, instance_uuid)
+        persist = self._persister(req, instance_uuid)
         for attempt in range(self.conf.scheduler.claim_retries + 1):
             try:
                 with host.lock():
@@ -478,12 +481,16 @@ class FilterScheduler:
         what_if.instances[instance_uuid] = req.group
         req.cycle.overlay(row, what_if)
 
-    def _persister(self, spec: RequestSpec, instance_uuid: str):
+    def _persister(self, req: _Request, instance_uuid: str):
+        spec = req.spec
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
         policy = spec.instance_group.policy if spec.instance_group else None
         max_per_host = (spec.instance_group.max_server_per_host or 1) \
             if spec.instance_group else 1
-        stored_spec = json.dumps(spec.for_one_instance().to_primitive(), sort_keys=True)
+        if req.stored_spec is None:
+            req.stored_spec = json.dumps(spec.for_one_instance().to_primitive(),
+                                         sort_keys=True)
+        stored_spec = req.stored_spec
 
         def persist(host: HostState, consumed: Consumed) -> Consumed:
             numa_after = numa_cells = None
@@ -502,7 +509,11 @@ class FilterScheduler:
                 memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, numa_topology=numa_after,
                 numa_cells=numa_cells, pci_picks=picks, project_id=spec.project_id,
                 user_id=spec.user_id, instance_group=group, request_spec=stored_spec,
+                request_spec_id=req.spec_row_id,
                 group_policy=policy, group_max_per_host=max_per_host, host=host.host))
+            # The spec is stored by the request's first claim and shared by the
+            # others: a 2 MB spec with 20 instances is stored once, not 20 times.
+            req.spec_row_id = result.request_spec_id
             return dataclasses.replace(consumed, generation=result.generation,
                                        pci_addresses=result.pci_addresses,
                                        pci_pools=result.pci_pools)

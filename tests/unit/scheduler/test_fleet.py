@@ -104,7 +104,8 @@ def _host_error(mutate) -> fleet.InvalidFleet:
     (lambda d: d["hosts"][1].update(disabled="no"),
      "hosts[1] (compute-002): disabled: expected true or false, got 'no'"),
     (lambda d: d["hosts"][1].update(metrics={"cpu.percent": "high"}),
-     "hosts[1] (compute-002): metrics.cpu.percent: expected a finite number between -1e+15 and 1e+15, got 'high'"),
+     "hosts[1] (compute-002): metrics.cpu.percent: expected a finite number between "
+     "-1e+15 and 1e+15, got 'high'"),
     (lambda d: d["hosts"][1].update(host="compute-001"),
      "hosts[1] (compute-001): host: expected a unique host name, got 'compute-001' "
      "(also hosts[0])"),
