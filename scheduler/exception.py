@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from db.errors import BerthError, Conflict, InvalidRequest, NotFound
 
-__all__ = ["BerthError", "Conflict", "InvalidRequest", "NoValidHost", "NotFound",
-           "PluginError", "RequestTimeout"]
+__all__ = ["BerthError", "Conflict", "InternalError", "InvalidRequest", "NoValidHost",
+           "NotFound", "PluginError", "RequestTimeout"]
 
 
 class NoValidHost(BerthError):
@@ -48,3 +48,17 @@ class RequestTimeout(BerthError):
         super().__init__(message, timeout=timeout, instance_index=instance_index)
         self.timeout = timeout
         self.instance_index = instance_index
+
+
+class InternalError(BerthError):
+    """The scheduler failed on its side; the details (traceback included) are in the
+    scheduler's log under ``request_id``, never in the reply."""
+
+    msg_fmt = ("Internal error in %(method)s: see the scheduler's log for request "
+               "%(request_id)s")
+
+    def __init__(self, message: str | None = None, *, method: str = "",
+                 request_id: str | None = None) -> None:
+        super().__init__(message, method=method, request_id=request_id)
+        self.method = method
+        self.request_id = request_id

@@ -49,17 +49,34 @@ def _wire_error(error: exception.BerthError) -> exception.BerthError:
     return exception.BerthError(error.message)
 
 
+def _reply(error: exception.BerthError) -> oslo_messaging.ExpectedException:
+    """``error`` as an expected exception without its traceback: oslo.messaging
+    sends the formatted traceback of what it is given, and the caller must not see
+    the server's files and lines."""
+    error = error.with_traceback(None)
+    wrapped = oslo_messaging.ExpectedException()
+    wrapped.exc_info = (type(error), error, None)
+    return wrapped
+
+
 def _expected(method: Callable) -> Callable:
     """Berth's errors are answers, not server faults: oslo.messaging logs them at
-    DEBUG and sends them to the caller, who gets the same exception type."""
+    DEBUG and sends them to the caller, who gets the same exception type. Any
+    other exception is a fault: logged here with its traceback, answered with an
+    InternalError that names the request id and nothing else."""
     @functools.wraps(method)
-    def wrapper(*args, **kwargs):
+    def wrapper(self, ctxt, *args, **kwargs):
         try:
-            return method(*args, **kwargs)
+            return method(self, ctxt, *args, **kwargs)
         except exception.BerthError as e:
-            raise _wire_error(e) from None
+            error = _wire_error(e)
+        except Exception:
+            request_id = getattr(ctxt, "request_id", None)
+            LOG.exception("Unexpected error in %s (request %s)", method.__name__, request_id)
+            error = exception.InternalError(method=method.__name__, request_id=request_id)
+        raise _reply(error) from None
 
-    return oslo_messaging.expected_exceptions(exception.BerthError)(wrapper)
+    return wrapper
 
 
 def _name(value: Any, field: str) -> str:

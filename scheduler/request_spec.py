@@ -186,9 +186,9 @@ class InstanceGroup:
                 raise InvalidRequest(field="instance_group.rules.max_server_per_host",
                                      reason="only valid with the anti-affinity policy")
             raw = rules["max_server_per_host"]
-            if isinstance(raw, str) and raw.isdigit():
+            if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) < 19:
                 raw = int(raw)
-            max_per_host = _int(raw, "instance_group.rules.max_server_per_host", 1)
+            max_per_host = _int(raw, "instance_group.rules.max_server_per_host", 1, MAX_INSTANCES)
         return cls(uuid=_str(data["uuid"], "instance_group.uuid", 36), policy=policy,
                    max_server_per_host=max_per_host,
                    name=_opt_str(data.get("name"), "instance_group.name"))
