@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import time
 import uuid as uuidlib
@@ -64,8 +65,15 @@ def _expected(method: Callable) -> Callable:
     DEBUG and sends them to the caller, who gets the same exception type. Any
     other exception is a fault: logged here with its traceback, answered with an
     InternalError that names the request id and nothing else."""
+    signature = inspect.signature(method)
+
     @functools.wraps(method)
     def wrapper(self, ctxt, *args, **kwargs):
+        try:
+            signature.bind(self, ctxt, *args, **kwargs)
+        except TypeError as e:      # a missing or unknown argument is the caller's error
+            raise _reply(exception.InvalidRequest(field="arguments", reason=str(e))) \
+                from None
         try:
             return method(self, ctxt, *args, **kwargs)
         except exception.BerthError as e:
@@ -180,6 +188,23 @@ def _check_not_below_usage(session, record) -> None:
 def _primitive(value: Any) -> Any:
     """Plain JSON values for the reply (datetimes become ISO strings)."""
     return jsonutils.to_primitive(value, convert_instances=True, convert_datetime=True)
+
+
+class UnknownMethods:
+    """The last endpoint of the RPC server: answers a method no other endpoint has
+    with InvalidRequest naming it (oslo.messaging's own NoSuchMethod reply would
+    carry its traceback)."""
+
+    target = oslo_messaging.Target(version=RPC_API_VERSION)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def unknown(ctxt, **kwargs):
+            raise _reply(exception.InvalidRequest(
+                field="method", reason=f"unknown method {_show(name)}")) from None
+        return unknown
 
 
 class SchedulerManager:

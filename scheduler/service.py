@@ -134,7 +134,7 @@ class SchedulerService:
 
     def start(self) -> None:
         from db.api import Database
-        from scheduler.manager import SchedulerManager
+        from scheduler.manager import SchedulerManager, UnknownMethods
 
         if self._db is None:
             self._db = Database.from_conf(self.conf)
@@ -150,7 +150,8 @@ class SchedulerService:
         if self._transport is None:
             self._transport = rpc.get_transport(self.conf)
         self.server = rpc.get_server(self._transport, self.conf.scheduler.topic,
-                                     self.conf.host, [self.manager], self.backend)
+                                     self.conf.host, [self.manager, UnknownMethods()],
+                                     self.backend)
         self.server.start()
         LOG.info("Scheduler worker %d (pid %d) serving topic %r as %r with the %s backend",
                  self.worker, os.getpid(), self.conf.scheduler.topic, self.conf.host,

@@ -101,3 +101,18 @@ def test_startup_failure_lines():
     line = cmd_scheduler.startup_failure(amqp.exceptions.AccessRefused("Login was refused"))
     assert line.startswith("cannot use the message broker ([DEFAULT] transport_url): ")
     assert cmd_scheduler.startup_failure(ValueError("a bug")) is None
+
+
+def test_unknown_method_is_a_typed_error_without_traceback(daemon):
+    with pytest.raises(exception.InvalidRequest) as caught:
+        daemon._call(None, "drop_all_tables")
+    assert caught.value.field == "method" and "drop_all_tables" in caught.value.reason
+    _no_server_details(caught.value)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"instance_uuid": "x", "bogus": 1}])
+def test_wrong_arguments_are_a_typed_error(daemon, kwargs):
+    with pytest.raises(exception.InvalidRequest) as caught:
+        daemon._call(None, "release", **kwargs)
+    assert caught.value.field == "arguments"
+    _no_server_details(caught.value)
