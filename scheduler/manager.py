@@ -207,6 +207,34 @@ class UnknownMethods:
         return unknown
 
 
+class TopicEndpoint:
+    """The manager's methods of one topic (``scheduler.rpc.COMPUTE_METHODS`` or
+    ``ADMIN_METHODS``); the others are refused with InvalidRequest naming the
+    method, so broker permissions on the topics decide who may call what."""
+
+    target = oslo_messaging.Target(version=RPC_API_VERSION)
+
+    def __init__(self, manager: SchedulerManager, methods: frozenset[str],
+                 topic: str) -> None:
+        self._manager = manager
+        self._methods = methods
+        self._topic = topic
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._methods:
+            return getattr(self._manager, name)
+        if not callable(getattr(self._manager, name, None)):
+            raise AttributeError(name)
+        topic = self._topic
+
+        def refused(ctxt, **kwargs):
+            raise _reply(exception.InvalidRequest(
+                field="method", reason=f"{name} is not served on topic {topic}")) from None
+        return refused
+
+
 class SchedulerManager:
     """RPC endpoint: validates, then hands off to the scheduler and the DB modules.
 

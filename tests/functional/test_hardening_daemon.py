@@ -142,3 +142,29 @@ def test_deeply_nested_message_does_not_stall_the_worker(daemon):
     assert daemon.api(timeout=10).ping()["version"] == "1.0"
     assert time.monotonic() - t0 < 10
     assert daemon.snapshot() == before
+
+
+def test_admin_topic_splits_the_api_on_the_real_broker(tmp_path):
+    from scheduler.rpcapi import SchedulerAPI
+
+    d = Daemon(tmp_path, backend="threading",
+               extra="[scheduler]\nadmin_topic = {admin}\n")
+    admin_topic = d.topic + "_admin"
+    d.config.write_text(d.config.read_text().replace("{admin}", admin_topic))
+    try:
+        d.start()
+        compute = d.api()
+        admin = SchedulerAPI(compute.conf, transport=compute.transport, topic=admin_topic,
+                             timeout=30)
+        assert compute.select_destinations(None, SMALL, dry_run=True)
+        with pytest.raises(exception.InvalidRequest) as caught:
+            compute.aggregate_create(None, "evil")
+        assert caught.value.field == "method"
+        _no_server_details(caught.value)
+        assert admin.aggregate_create(None, "good")["name"] == "good"
+        assert [a["name"] for a in admin.aggregate_list(None)] == ["good"]
+        with pytest.raises(exception.InvalidRequest):
+            admin._call(None, "release", instance_uuid="11111111-1111-1111-1111-111111111111")
+        d.assert_consistent()
+    finally:
+        d.close()
