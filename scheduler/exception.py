@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from db.errors import BerthError, Conflict, InvalidRequest, NotFound
 
-__all__ = ["BerthError", "Conflict", "InternalError", "InvalidRequest", "NoValidHost",
-           "NotFound", "PluginError", "RequestTimeout"]
+__all__ = ["BerthError", "Conflict", "Forbidden", "InternalError", "InvalidRequest",
+           "NoValidHost", "NotFound", "PluginError", "RequestTimeout"]
 
 
 class NoValidHost(BerthError):
@@ -62,3 +62,14 @@ class InternalError(BerthError):
         super().__init__(message, method=method, request_id=request_id)
         self.method = method
         self.request_id = request_id
+
+
+class Forbidden(BerthError):
+    """The caller's context is not allowed this call (``[scheduler] enforce_policy``);
+    it says which rule, and nothing about the target (e.g. where an instance runs)."""
+
+    msg_fmt = "Not allowed by policy rule %(rule)s"
+
+    def __init__(self, message: str | None = None, *, rule: str = "") -> None:
+        super().__init__(message, rule=rule)
+        self.rule = rule

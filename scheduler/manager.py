@@ -22,9 +22,9 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
-from db import aggregates, hosts, limits, models
+from db import aggregates, claims, hosts, limits, models
 from db import pci as db_pci
-from scheduler import exception, fleet
+from scheduler import exception, fleet, policy
 from scheduler.request_spec import RequestSpec
 from scheduler.rpc import ALLOWED_REMOTE_EXMODS, check_json
 
@@ -60,6 +60,11 @@ def _reply(error: exception.BerthError) -> oslo_messaging.ExpectedException:
     return wrapped
 
 
+#: Methods whose policy target is not the caller's project: they authorize
+#: themselves (release and reschedule, against the instance's project).
+_AUTHORIZED_INSIDE = frozenset({"release", "reschedule"})
+
+
 def _expected(method: Callable) -> Callable:
     """Berth's errors are answers, not server faults: oslo.messaging logs them at
     DEBUG and sends them to the caller, who gets the same exception type. Any
@@ -75,6 +80,8 @@ def _expected(method: Callable) -> Callable:
             raise _reply(exception.InvalidRequest(field="arguments", reason=str(e))) \
                 from None
         try:
+            if method.__name__ not in _AUTHORIZED_INSIDE:
+                self.policy.authorize(ctxt, method.__name__)
             return method(self, ctxt, *args, **kwargs)
         except exception.BerthError as e:
             error = _wire_error(e)
@@ -252,6 +259,7 @@ class SchedulerManager:
         self.conf = conf
         self.backend = backend
         self.worker = worker
+        self.policy = policy.Policy(conf)
         self._started = time.monotonic()
 
     # -- placement --------------------------------------------------------------------
@@ -276,13 +284,26 @@ class SchedulerManager:
 
     @_expected
     def release(self, ctxt, instance_uuid) -> bool:
-        return bool(self.scheduler.release(_uuid(instance_uuid, "instance_uuid")))
+        instance_uuid = _uuid(instance_uuid, "instance_uuid")
+        self._authorize_instance(ctxt, "release", instance_uuid)
+        return bool(self.scheduler.release(instance_uuid))
 
     @_expected
     def reschedule(self, ctxt, instance_uuid, failed_host) -> list[dict]:
         instance_uuid = _uuid(instance_uuid, "instance_uuid")
         failed_host = _name(failed_host, "failed_host")
+        self._authorize_instance(ctxt, "reschedule", instance_uuid)
         return [s.to_primitive() for s in self.scheduler.reschedule(instance_uuid, failed_host)]
+
+    def _authorize_instance(self, ctxt, method: str, instance_uuid: str) -> None:
+        """The policy check of a call on one instance, against its project. An
+        instance that holds nothing is checked against the caller's own project,
+        so a refusal never tells whether (or where) another project's runs."""
+        if not self.policy.enabled:
+            return
+        alloc = claims.get_allocation(self.db, instance_uuid)
+        project = alloc["project_id"] if alloc else getattr(ctxt, "project_id", None)
+        self.policy.authorize(ctxt, method, {"project_id": project})
 
     @staticmethod
     def _instance_uuids(value: Any) -> list[str] | None:
