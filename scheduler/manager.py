@@ -91,6 +91,7 @@ def _expected(method: Callable) -> Callable:
             error = exception.InternalError(method=method.__name__, request_id=request_id)
         raise _reply(error) from None
 
+    wrapper.rpc_method = True
     return wrapper
 
 
@@ -197,12 +198,21 @@ def _primitive(value: Any) -> Any:
     return jsonutils.to_primitive(value, convert_instances=True, convert_datetime=True)
 
 
+class _Target(oslo_messaging.Target):
+    """The endpoint's target, which oslo.messaging would also dispatch a call of a
+    method named ``target`` to: refused like any unknown method."""
+
+    def __call__(self, *args, **kwargs):
+        raise _reply(exception.InvalidRequest(field="method",
+                                              reason="unknown method 'target'")) from None
+
+
 class UnknownMethods:
     """The last endpoint of the RPC server: answers a method no other endpoint has
     with InvalidRequest naming it (oslo.messaging's own NoSuchMethod reply would
     carry its traceback)."""
 
-    target = oslo_messaging.Target(version=RPC_API_VERSION)
+    target = _Target(version=RPC_API_VERSION)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -217,12 +227,14 @@ class UnknownMethods:
 class TopicEndpoint:
     """The manager's methods of one topic (``scheduler.rpc.COMPUTE_METHODS`` or
     ``ADMIN_METHODS``); the others are refused with InvalidRequest naming the
-    method, so broker permissions on the topics decide who may call what."""
+    method, so broker permissions on the topics decide who may call what. (No
+    ``target`` of its own: oslo.messaging's default, version 1.0, and a call of
+    ``target`` reaches UnknownMethods.)"""
 
-    target = oslo_messaging.Target(version=RPC_API_VERSION)
-
-    def __init__(self, manager: SchedulerManager, methods: frozenset[str],
+    def __init__(self, manager: SchedulerManager, methods: frozenset[str] | None,
                  topic: str) -> None:
+        """``methods`` None: every RPC method of the manager (the ``_expected``
+        ones, and ``ping``), never its other attributes (``db``, ``conf`` ...)."""
         self._manager = manager
         self._methods = methods
         self._topic = topic
@@ -230,10 +242,12 @@ class TopicEndpoint:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in self._methods:
-            return getattr(self._manager, name)
-        if not callable(getattr(self._manager, name, None)):
+        attr = getattr(self._manager, name, None)
+        is_rpc = name == "ping" or getattr(attr, "rpc_method", False)
+        if not is_rpc:
             raise AttributeError(name)
+        if self._methods is None or name in self._methods:
+            return attr
         topic = self._topic
 
         def refused(ctxt, **kwargs):

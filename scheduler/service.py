@@ -152,7 +152,7 @@ class SchedulerService:
             self._transport = rpc.get_transport(self.conf)
         topic, admin = self.conf.scheduler.topic, rpc.admin_topic(self.conf)
         if admin is None:
-            served = [(topic, self.manager)]
+            served = [(topic, TopicEndpoint(self.manager, None, topic))]
         else:       # compute-API and admin calls on topics of their own
             served = [(topic, TopicEndpoint(self.manager, rpc.COMPUTE_METHODS, topic)),
                       (admin, TopicEndpoint(self.manager, rpc.ADMIN_METHODS, admin))]

@@ -116,3 +116,13 @@ def test_wrong_arguments_are_a_typed_error(daemon, kwargs):
         daemon._call(None, "release", **kwargs)
     assert caught.value.field == "arguments"
     _no_server_details(caught.value)
+
+
+@pytest.mark.parametrize("attribute", ["db", "conf", "scheduler", "policy", "target"])
+def test_manager_attributes_are_not_methods(daemon, attribute):
+    """Only RPC methods are callable: the manager's other attributes answer as
+    unknown methods, not with a TypeError traceback."""
+    with pytest.raises(exception.InvalidRequest) as caught:
+        daemon._call(None, attribute)
+    assert caught.value.field == "method"
+    _no_server_details(caught.value)
