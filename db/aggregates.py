@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -19,7 +20,7 @@ from oslo_db import exception as db_exc
 from sqlalchemy.orm import Session
 
 from db import errors as exception
-from db import models
+from db import limits, models
 from db.api import IN_CHUNK, Database, chunks, retry_on_deadlock
 
 AZ_KEY = "availability_zone"
@@ -27,30 +28,49 @@ _UNSET = object()
 
 
 def _check_name(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 255:
+    """A name or metadata key (``db.limits.check_name``: no control characters)."""
+    try:
+        return limits.check_name(value)
+    except limits.LimitError as e:
         raise exception.InvalidRequest(
-            f"{field}: expected a non-empty string of at most 255 characters, got {value!r}",
-            field=field, reason="expected a non-empty string of at most 255 characters")
-    return value
+            f"{field}: expected {e.expected}, got {_show(value)}",
+            field=field, reason=f"expected {e.expected}") from None
+
+
+def _show(value: object) -> str:
+    return exception.clip(repr(value), 60)
 
 
 def _check_metadata(metadata: Mapping) -> dict[str, str | None]:
+    """Metadata as stored: string values (numbers and booleans converted), None to
+    delete a key; keys the scheduler reads as numbers must hold one in range."""
     if not isinstance(metadata, Mapping):
-        raise exception.InvalidRequest(f"metadata: expected a mapping, got {metadata!r}",
+        raise exception.InvalidRequest(f"metadata: expected a mapping, got {_show(metadata)}",
                                        field="metadata", reason="expected a mapping")
     out: dict[str, str | None] = {}
     for key, value in metadata.items():
         _check_name("metadata key", key)
+        field = f"metadata.{key}"
         if value is None:
             out[key] = None
-        elif isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        elif isinstance(value, (str, int, float)) and len(str(value)) <= 255:
-            out[key] = str(value)
-        else:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise exception.InvalidRequest(f"{field}: expected a finite number",
+                                           field=field, reason="expected a finite number")
+        elif isinstance(value, int | float):
+            value = str(value)
+        if not isinstance(value, str):
             raise exception.InvalidRequest(
-                f"metadata.{key}: expected a string of at most 255 characters, got {value!r}",
-                field=f"metadata.{key}", reason="expected a string")
+                f"{field}: expected a string of at most 255 characters, got {_show(value)}",
+                field=field, reason="expected a string")
+        try:
+            out[key] = limits.check_metadata_value(key, value)
+        except limits.LimitError as e:
+            raise exception.InvalidRequest(
+                f"{field}: expected {e.expected}, got {_show(value)}",
+                field=field, reason=f"expected {e.expected}, got {_show(value)}") from None
     return out
 
 

@@ -26,6 +26,7 @@ from db.api import Database, retry_on_deadlock
 _cn = models.ComputeNode.__table__
 _alloc = models.Allocation.__table__
 _groups = models.ServerGroup.__table__
+_specs = models.RequestSpecRow.__table__
 
 HARD_POLICIES = ("affinity", "anti-affinity")
 
@@ -57,7 +58,8 @@ class ClaimRecord:
     project_id: str | None = None
     user_id: str | None = None
     instance_group: str | None = None
-    request_spec: str | None = None
+    request_spec: str | None = None       # the request's spec JSON (stored once) ...
+    request_spec_id: int | None = None    # ... or its row, stored by an earlier claim
     group_policy: str | None = None       # enforced when affinity or anti-affinity
     group_max_per_host: int = 1           # anti-affinity: members per host at most
     host: str = ""                        # the node's host name (group policies)
@@ -68,6 +70,7 @@ class ClaimResult:
     generation: int
     pci_addresses: tuple[str, ...] = ()
     pci_pools: tuple | None = None
+    request_spec_id: int | None = None    # pass it to the request's next claims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +121,11 @@ def _claim_update(with_numa: bool):
 _CLAIM = _claim_update(with_numa=False)
 _CLAIM_WITH_NUMA = _claim_update(with_numa=True)
 _INSERT_ALLOCATION = sa.insert(_alloc)
+_INSERT_SPEC = sa.insert(_specs)
+_SPEC_EXISTS = sa.select(_specs.c.id).where(_specs.c.id == sa.bindparam("b_spec"))
+_DELETE_ORPHAN_SPEC = sa.delete(_specs).where(
+    _specs.c.id == sa.bindparam("b_spec"),
+    ~sa.exists().where(_alloc.c.request_spec_id == _specs.c.id))
 
 
 @retry_on_deadlock
@@ -149,18 +157,26 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 except pci_errors.PciClaimConflict as e:
                     raise ClaimConflict(str(e)) from None
                 pools = db_pci.pools_for_nodes(conn, [rec.node_id]).get(rec.node_id, ())
+            spec_id = rec.request_spec_id
+            if spec_id is not None and conn.execute(
+                    _SPEC_EXISTS, {"b_spec": spec_id}).scalar() is None:
+                spec_id = None      # its allocations were all released meanwhile
+            if spec_id is None and rec.request_spec is not None:
+                spec_id = conn.execute(_INSERT_SPEC, {
+                    "spec": rec.request_spec,
+                    "created_at": params["b_now"]}).inserted_primary_key[0]
             conn.execute(_INSERT_ALLOCATION, {
                 "instance_uuid": rec.instance_uuid, "compute_node_id": rec.node_id,
                 "vcpus": rec.vcpus, "memory_mb": rec.memory_mb, "disk_mb": rec.disk_mb,
                 "numa_cells": rec.numa_cells,
                 "pci_devices": json.dumps(list(addresses)) if addresses else None,
                 "project_id": rec.project_id, "user_id": rec.user_id,
-                "instance_group": rec.instance_group, "request_spec": rec.request_spec,
+                "instance_group": rec.instance_group, "request_spec_id": spec_id,
                 "created_at": params["b_now"]})
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
-                       pci_pools=pools)
+                       pci_pools=pools, request_spec_id=spec_id)
 
 
 _GROUP_TOUCH = (sa.update(_groups).where(_groups.c.uuid == sa.bindparam("b_group"))
@@ -267,10 +283,15 @@ def release(db: Database, instance_uuid: str) -> Released | None:
             addresses = tuple(db_pci.release_devices(conn, instance_uuid))
             pools = db_pci.pools_for_nodes(conn, [node["id"]]).get(node["id"], ())
         conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
+        spec_text = alloc["request_spec"]
+        if alloc["request_spec_id"] is not None:
+            spec_text = conn.execute(sa.select(_specs.c.spec).where(
+                _specs.c.id == alloc["request_spec_id"])).scalar()
+            conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
     return Released(instance_uuid=instance_uuid, node_id=node["id"], host=node["host"],
                     vcpus=alloc["vcpus"], memory_mb=alloc["memory_mb"],
                     disk_mb=alloc["disk_mb"], numa_cells=alloc["numa_cells"],
-                    pci_addresses=addresses, request_spec=alloc["request_spec"],
+                    pci_addresses=addresses, request_spec=spec_text,
                     instance_group=alloc["instance_group"],
                     generation=node["generation"] + 1,
                     numa_topology=numa_after, pci_pools=pools)
@@ -304,16 +325,33 @@ def allocations_for(db: Database, instance_uuids) -> dict[str, dict]:
         return {}
     with db.reader_connection() as conn:
         rows = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,
-                                      _cn.c.uuid.label("node_uuid"))
+                                      _cn.c.uuid.label("node_uuid"),
+                                      _specs.c.spec.label("shared_spec"))
                             .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
+                            .outerjoin(_specs, _specs.c.id == _alloc.c.request_spec_id)
                             .where(_alloc.c.instance_uuid.in_(uuids))).mappings().all()
-    return {row["instance_uuid"]: dict(row) for row in rows}
+    out = {}
+    for row in rows:
+        alloc = dict(row)
+        shared = alloc.pop("shared_spec")
+        if shared is not None:
+            alloc["request_spec"] = shared
+        out[row["instance_uuid"]] = alloc
+    return out
 
 
 def get_allocation(db: Database, instance_uuid: str) -> dict | None:
     with db.reader_connection() as conn:
         row = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,
-                                     _cn.c.uuid.label("node_uuid"))
+                                     _cn.c.uuid.label("node_uuid"),
+                                     _specs.c.spec.label("shared_spec"))
                            .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
+                           .outerjoin(_specs, _specs.c.id == _alloc.c.request_spec_id)
                            .where(_alloc.c.instance_uuid == instance_uuid)).mappings().first()
-        return dict(row) if row else None
+        if row is None:
+            return None
+        out = dict(row)
+        shared = out.pop("shared_spec")
+        if shared is not None:
+            out["request_spec"] = shared
+        return out

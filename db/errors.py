@@ -26,13 +26,29 @@ class BerthError(Exception):
         return self.message
 
 
+#: Longest ``field`` and ``reason`` an InvalidRequest carries: an error about a
+#: huge value says where and why in a few lines, never echoes the value whole.
+MAX_FIELD = 300
+MAX_REASON = 1000
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class InvalidRequest(BerthError):
-    """A payload failed validation; ``field`` names where, ``reason`` says why."""
+    """A payload failed validation; ``field`` names where, ``reason`` says why
+    (both cut to MAX_FIELD / MAX_REASON characters)."""
 
     msg_fmt = "Invalid request: %(field)s: %(reason)s"
 
     def __init__(self, message: str | None = None, *, field: str = "request",
                  reason: str = "invalid") -> None:
+        field = clip(str(field), MAX_FIELD)
+        reason = clip(str(reason), MAX_REASON)
+        if message is not None:
+            message = clip(str(message), MAX_FIELD + MAX_REASON + 40)
         super().__init__(message, field=field, reason=reason)
         self.field = field
         self.reason = reason

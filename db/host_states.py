@@ -107,7 +107,12 @@ def load_aggregates(conn: Connection) -> list[dict]:
 
 _INSTANCES = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid,
                        _alloc.c.instance_group)
-_IMAGES = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid, _alloc.c.request_spec)
+_specs = models.RequestSpecRow.__table__
+# The request each allocation answered: stored once per request (request_specs),
+# or on the allocation itself (rows written before migration 0003).
+_IMAGES = (sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid,
+                     sa.func.coalesce(_specs.c.spec, _alloc.c.request_spec))
+           .select_from(_alloc.outerjoin(_specs, _specs.c.id == _alloc.c.request_spec_id)))
 _IMAGES_BY_NODE = _IMAGES.where(
     _alloc.c.compute_node_id.in_(sa.bindparam("ids", expanding=True)))
 _INSTANCES_BY_NODE = _INSTANCES.where(

@@ -213,8 +213,24 @@ class Allocation(Base):
     project_id: Mapped[str | None] = mapped_column(String(255))
     user_id: Mapped[str | None] = mapped_column(String(255))
     instance_group: Mapped[str | None] = mapped_column(String(36))
-    # The request this allocation answered, so ``reschedule`` can place it again.
+    # The request this allocation answered, so ``reschedule`` can place it again:
+    # stored once per request in ``request_specs``; ``request_spec`` is only read
+    # for allocations written before that table existed.
     request_spec: Mapped[str | None] = mapped_column(JsonText)
+    request_spec_id: Mapped[int | None] = mapped_column(
+        ForeignKey("request_specs.id"), index=True)
+    created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
+                                                          nullable=False)
+
+
+class RequestSpecRow(Base):
+    """One request's spec (for one instance), shared by the allocations it made;
+    deleted with the last of them."""
+
+    __tablename__ = "request_specs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    spec: Mapped[str] = mapped_column(JsonText, nullable=False)
     created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
                                                           nullable=False)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from db.errors import BerthError, Conflict, InvalidRequest, NotFound, ServiceUnavailable
 
-__all__ = ["BerthError", "Conflict", "InvalidRequest", "NoValidHost", "NotFound",
-           "PluginError", "ServiceUnavailable"]
+__all__ = ["BerthError", "Conflict", "Forbidden", "InternalError", "InvalidRequest",
+           "NoValidHost", "NotFound", "PluginError", "RequestTimeout", "ServiceUnavailable"]
 
 
 class NoValidHost(BerthError):
@@ -34,3 +34,42 @@ class PluginError(BerthError):
         super().__init__(message, plugin=plugin, reason=reason)
         self.plugin = plugin
         self.reason = reason
+
+
+class RequestTimeout(BerthError):
+    """A request ran past ``[scheduler] request_timeout``; it failed as a whole and
+    nothing of it stays claimed."""
+
+    msg_fmt = ("Request stopped after %(timeout)s s ([scheduler] request_timeout) while "
+               "placing instance %(instance_index)s; nothing was claimed")
+
+    def __init__(self, message: str | None = None, *, timeout: float = 0.0,
+                 instance_index: int = 0) -> None:
+        super().__init__(message, timeout=timeout, instance_index=instance_index)
+        self.timeout = timeout
+        self.instance_index = instance_index
+
+
+class InternalError(BerthError):
+    """The scheduler failed on its side; the details (traceback included) are in the
+    scheduler's log under ``request_id``, never in the reply."""
+
+    msg_fmt = ("Internal error in %(method)s: see the scheduler's log for request "
+               "%(request_id)s")
+
+    def __init__(self, message: str | None = None, *, method: str = "",
+                 request_id: str | None = None) -> None:
+        super().__init__(message, method=method, request_id=request_id)
+        self.method = method
+        self.request_id = request_id
+
+
+class Forbidden(BerthError):
+    """The caller's context is not allowed this call (``[scheduler] enforce_policy``);
+    it says which rule, and nothing about the target (e.g. where an instance runs)."""
+
+    msg_fmt = "Not allowed by policy rule %(rule)s"
+
+    def __init__(self, message: str | None = None, *, rule: str = "") -> None:
+        super().__init__(message, rule=rule)
+        self.rule = rule

@@ -80,6 +80,16 @@ scheduler_opts = [
                     "many times an instance is placed again from scratch when its "
                     "server group changed under it (another scheduler placed "
                     "members this one had not seen yet)."),
+    cfg.FloatOpt("request_timeout", default=60.0, min=0.0,
+                 help="Seconds one select_destinations (or reschedule) may spend "
+                      "placing its instances. Past it the request fails with "
+                      "RequestTimeout and whatever it had claimed is released; 0 "
+                      "means no limit. Keep it well below the clients' [scheduler] "
+                      "long_rpc_timeout."),
+    cfg.IntOpt("max_request_work", default=2000000, min=0,
+               help="Largest num_instances x hosts in the cache one request may ask "
+                    "for; a larger request is refused up front with InvalidRequest "
+                    "naming num_instances (split it). 0 means no limit."),
 ]
 pci_opts = [
     cfg.MultiStrOpt("alias", default=[],
@@ -105,6 +115,10 @@ def load_weighers(names: Sequence[str], conf) -> list:
     return load_plugins(WEIGHER_NAMESPACE, names, conf, "weight_classes")
 
 
+#: The clock of request deadlines (a module attribute so tests can drive it).
+_clock = time.perf_counter
+
+
 class _GroupChanged(Exception):
     """The claim found group members the cache did not show: place the instance
     again with fresh group counts."""
@@ -121,6 +135,17 @@ class _Request:
     timings: metrics.SelectTimings
     #: Members placed by this request that the cache does not count (dry runs).
     local_group: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    #: ``time.perf_counter()`` past which the request fails (inf: no deadline).
+    deadline: float = float("inf")
+    timeout: float = 0.0
+    #: The spec as stored with the allocations, and its row once the first claim wrote it.
+    stored_spec: str | None = None
+    spec_row_id: int | None = None
+
+    def check_deadline(self, index: int) -> None:
+        """One clock read: raise RequestTimeout once the deadline has passed."""
+        if _clock() > self.deadline:
+            raise exception.RequestTimeout(timeout=self.timeout, instance_index=index)
 
 
 class _AlreadyPlaced(Exception):
@@ -204,6 +229,8 @@ class FilterScheduler:
         ``max_attempts - 1`` alternates when ``return_alternates``.
         """
         timings = metrics.SelectTimings()
+        timeout = self.conf.scheduler.request_timeout
+        deadline = _clock() + timeout if timeout > 0 else float("inf")
         uuids = self._instance_uuids(spec, instance_uuids)
         # Named instances may hold allocations already: a retry after a lost
         # reply. That shows as a duplicate claim, or as no room left (the
@@ -211,18 +238,23 @@ class FilterScheduler:
         named = not dry_run and bool(instance_uuids or spec.instance_uuids)
         self.host_manager.refresh()
         timings.phase("refresh", timings.started)
+        self._check_work(spec)
         keep = max(self.conf.filter_scheduler.host_subset_size,
                    self.conf.scheduler.max_attempts) + 8
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
         req = _Request(spec=spec, dry_run=dry_run, group=group, timings=timings,
                        cycle=cycles.Cycle(self.steps, self.weighers,
-                                          self.host_manager.columns, keep))
+                                          self.host_manager.columns, keep),
+                       deadline=deadline, timeout=timeout)
         timings.hosts = req.cycle.cols.n
         outcome = "error"
         results: list[list[Selection]] = []
         claimed: list[str] = []
         try:
             for index, instance_uuid in enumerate(uuids):
+                req.check_deadline(index)
+                if index:
+                    time.sleep(0)   # let other requests of this worker run (eventlet)
                 weight, chosen, consumed, alternates = self._place_instance(
                     req, index, instance_uuid)
                 if dry_run:
@@ -254,6 +286,13 @@ class FilterScheduler:
                          e.reason)
                 raise
             outcome, results = "placed earlier", earlier
+        except exception.RequestTimeout as e:
+            outcome = "timed out"
+            LOG.warning("Request (%d instances) stopped at instance %d after %.1f s "
+                        "([scheduler] request_timeout); releasing %d claims",
+                        spec.num_instances, e.instance_index, timeout, len(claimed))
+            self._undo(claimed)
+            raise
         except Exception as e:
             outcome = f"failed ({type(e).__name__})"
             self._undo(claimed)
@@ -329,6 +368,16 @@ class FilterScheduler:
             pci_devices=tuple(json.loads(held[uuid]["pci_devices"] or "[]")))]
             for uuid in uuids]
 
+    def _check_work(self, spec: RequestSpec) -> None:
+        """Refuse up front a request whose instances x hosts exceed max_request_work."""
+        cap = self.conf.scheduler.max_request_work
+        hosts = self.host_manager.columns.n
+        if cap and spec.num_instances * hosts > cap:
+            raise exception.InvalidRequest(
+                field="num_instances",
+                reason=f"{spec.num_instances} instances x {hosts} hosts is more work than "
+                       f"[scheduler] max_request_work ({cap}) allows: split the request")
+
     @staticmethod
     def _instance_uuids(spec: RequestSpec, given: Sequence[str] | None) -> list[str]:
         uuids = list(given) if given else list(spec.instance_uuids or ())
@@ -359,6 +408,8 @@ class FilterScheduler:
         """Filter, weigh and consume for one instance: (weight, host, Consumed,
         the other candidates in pick order)."""
         for attempt in range(self.conf.scheduler.claim_retries + 1):
+            if attempt:
+                req.check_deadline(index)
             request = self._context(req, index)
             if attempt:
                 metrics.count_claim_retry("group_changed")
@@ -433,6 +484,8 @@ class FilterScheduler:
                 if pos == len(order):
                     break
             weight, host = weighed[order[pos]]
+            if pos:
+                req.check_deadline(request.index)
             pos += 1
             consumed = self._try_consume(req, host, request.index, instance_uuid, refused)
             if consumed is None:
@@ -465,7 +518,7 @@ class FilterScheduler:
             if reason:
                 refused[reason] += 1
             return consumed
-        persist = self._persister(req.spec, instance_uuid)
+        persist = self._persister(req, instance_uuid)
         for attempt in range(self.conf.scheduler.claim_retries + 1):
             if attempt:
                 metrics.count_claim_retry("conflict")
@@ -518,12 +571,15 @@ class FilterScheduler:
                 req.spec.image.properties.items())
         req.cycle.overlay(row, what_if)
 
-    def _persister(self, spec: RequestSpec, instance_uuid: str):
+    def _persister(self, req: _Request, instance_uuid: str):
+        spec = req.spec
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
         policy = spec.instance_group.policy if spec.instance_group else None
         max_per_host = (spec.instance_group.max_server_per_host or 1) \
             if spec.instance_group else 1
-        stored_spec = _stored_spec(spec)
+        if req.stored_spec is None:
+            req.stored_spec = _stored_spec(spec)
+        stored_spec = req.stored_spec
 
         def persist(host: HostState, consumed: Consumed) -> Consumed:
             numa_after = numa_cells = None
@@ -542,7 +598,11 @@ class FilterScheduler:
                 memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, numa_topology=numa_after,
                 numa_cells=numa_cells, pci_picks=picks, project_id=spec.project_id,
                 user_id=spec.user_id, instance_group=group, request_spec=stored_spec,
+                request_spec_id=req.spec_row_id,
                 group_policy=policy, group_max_per_host=max_per_host, host=host.host))
+            # The spec is stored by the request's first claim and shared by the
+            # others: a 2 MB spec with 20 instances is stored once, not 20 times.
+            req.spec_row_id = result.request_spec_id
             return dataclasses.replace(consumed, generation=result.generation,
                                        pci_addresses=result.pci_addresses,
                                        pci_pools=result.pci_pools)

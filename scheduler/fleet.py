@@ -13,12 +13,14 @@ import difflib
 import functools
 import ipaddress
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
 from oslo_config import cfg
 
+from db import limits
 from db.records import NUMA_CELL_LAYOUT_KEYS, AggregateRecord, Fleet, HostRecord
 from numa import errors as numa_errors
 from numa import topology as numa_topology
@@ -28,17 +30,17 @@ from scheduler import exception
 
 compute_opts = [
     cfg.FloatOpt("cpu_allocation_ratio",
-                 default=4.0, min=0.0,
+                 default=4.0, min=0.0, max=limits.MAX_RATIO,
                  help="Virtual CPUs per physical CPU for hosts whose fleet entry or "
                       "report does not set cpu_allocation_ratio. An aggregate's "
                       "cpu_allocation_ratio metadata overrides it for "
                       "AggregateCoreFilter."),
     cfg.FloatOpt("ram_allocation_ratio",
-                 default=1.0, min=0.0,
+                 default=1.0, min=0.0, max=limits.MAX_RATIO,
                  help="Virtual RAM per physical RAM for hosts whose fleet entry or "
                       "report does not set ram_allocation_ratio."),
     cfg.FloatOpt("disk_allocation_ratio",
-                 default=1.0, min=0.0,
+                 default=1.0, min=0.0, max=limits.MAX_RATIO,
                  help="Virtual disk per physical disk for hosts whose fleet entry or "
                       "report does not set disk_allocation_ratio."),
 ]
@@ -99,24 +101,31 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int(field: str, value: Any, minimum: int = 0) -> int:
+def _int(field: str, value: Any, minimum: int = 0,
+         maximum: int = limits.MAX_CAPACITY) -> int:
     if not _is_int(value) or value < minimum:
         raise _Invalid(field, f"an integer >= {minimum}" if minimum <= 0
                        else f"an integer > {minimum - 1}", value)
+    if value > maximum:
+        raise _Invalid(field, f"an integer <= {maximum}", value)
     return value
+
+
+def _limited(check: Callable, field: str, value: Any, *args) -> Any:
+    """A ``db.limits`` check, its LimitError turned into this module's _Invalid."""
+    try:
+        return check(value, *args)
+    except limits.LimitError as e:
+        raise _Invalid(field, e.expected, value) from None
 
 
 def _ratio(field: str, value: Any) -> float:
-    if _is_int(value) or isinstance(value, float):
-        if value > 0 and value == value and value != float("inf"):
-            return float(value)
-    raise _Invalid(field, "a number > 0", value)
+    return _limited(limits.check_ratio, field, value)
 
 
 def _str(field: str, value: Any, max_len: int = 255) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
-        raise _Invalid(field, f"a non-empty string of at most {max_len} characters", value)
-    return value
+    """A name: non-blank, at most ``max_len`` characters, no control characters."""
+    return _limited(limits.check_name, field, value, max_len)
 
 
 def _opt_str(field: str, value: Any, max_len: int = 255) -> str | None:
@@ -132,6 +141,9 @@ def _bool(field: str, value: Any) -> bool:
 def _mapping(field: str, value: Any) -> dict:
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise _Invalid(field, "a mapping with string keys", value)
+    for key in value:
+        if limits.has_control(key):
+            raise _Invalid(field, "keys without control characters", key)
     return value
 
 
@@ -153,11 +165,14 @@ def _scalar_str(field: str, value: Any) -> str:
     """Aggregate metadata and stats values are strings; numbers and booleans are converted."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Invalid(field, "a finite number", value)
     if isinstance(value, (str, int, float)):
         text = str(value)
-        if len(text) <= 255:
+        if len(text) <= 255 and not limits.has_control(text):
             return text
-    raise _Invalid(field, "a string, number or boolean of at most 255 characters", value)
+    raise _Invalid(field, "a string, number or boolean of at most 255 characters without "
+                          "control characters", value)
 
 
 # -- hosts ------------------------------------------------------------------------------
@@ -193,8 +208,7 @@ def _stats(field: str, value: Any) -> dict:
 def _metrics(field: str, value: Any) -> dict:
     value = _mapping(field, value or {})
     for k, v in value.items():
-        if not (_is_int(v) or isinstance(v, float)):
-            raise _Invalid(f"{field}.{k}", "a number", v)
+        _limited(limits.check_float, f"{field}.{k}", v)
     return dict(value)
 
 
@@ -202,24 +216,26 @@ def _metrics(field: str, value: Any) -> dict:
 _HOST_FIELDS: dict[str, tuple[Callable[[str, Any], Any], bool]] = {
     "host": (_str, True),
     "node": (_str, False),
-    "vcpus": (lambda f, v: _int(f, v, 1), True),
+    "vcpus": (lambda f, v: _int(f, v, 1, limits.MAX_VCPUS), True),
     "memory_mb": (lambda f, v: _int(f, v, 1), True),
     "local_gb": (_int, True),
     "cpu_allocation_ratio": (_ratio, False),
     "ram_allocation_ratio": (_ratio, False),
     "disk_allocation_ratio": (_ratio, False),
-    "reserved_host_memory_mb": (_int, False),
-    "reserved_host_disk_mb": (_int, False),
-    "reserved_host_cpus": (_int, False),
+    "reserved_host_memory_mb": (lambda f, v: _int(f, v, 0, limits.MAX_INT32), False),
+    "reserved_host_disk_mb": (lambda f, v: _int(f, v, 0, limits.MAX_INT32), False),
+    "reserved_host_cpus": (lambda f, v: _int(f, v, 0, limits.MAX_INT32), False),
     "hypervisor_type": (_opt_str, False),
-    "hypervisor_version": (lambda f, v: None if v is None else _int(f, v), False),
+    "hypervisor_version": (lambda f, v: None if v is None else
+                           _int(f, v, 0, limits.MAX_BIGINT), False),
     "host_ip": (lambda f, v: None if v is None else _ip(f, v), False),
     "cpu_info": (_cpu_info, False),
     "supported_instances": (_supported_instances, False),
     "stats": (_stats, False),
     "metrics": (_metrics, False),
     "disabled": (_bool, False),
-    "disabled_reason": (_opt_str, False),
+    "disabled_reason": (lambda f, v: None if v is None else
+                        _limited(limits.check_text, f, v), False),
     "numa_topology": (lambda f, v: _numa_topology_memo(f, v), False),
     "pci_devices": (lambda f, v: _pci_devices_memo(f, v), False),
 }
@@ -230,19 +246,58 @@ def _host_prefix(index: int, data: Any) -> str:
     return f"hosts[{index}] ({name})" if isinstance(name, str) and name else f"hosts[{index}]"
 
 
-def parse_host(data: dict, index: int = 0, defaults: Mapping[str, Any] | None = None
-               ) -> HostRecord:
-    """Validate one fleet host entry and return its record.
+def parse_host(data: dict, index: int = 0, defaults: Mapping[str, Any] | None = None,
+               *, where: str | None = None) -> HostRecord:
+    """Validate one fleet host entry (or one host report) and return its record.
 
     ``defaults`` supplies values for absent optional fields (the allocation
-    ratios at least); ``None`` means the ``[compute]`` options.
+    ratios at least); ``None`` means the ``[compute]`` options. Errors name
+    ``hosts[index].<field>``, or ``<where>.<field>`` when ``where`` is given
+    (``node`` for ``report_compute_node``).
     """
-    prefix = _host_prefix(index, data)
+    prefix = _host_prefix(index, data) if where is None else where
+    field_prefix = f"hosts[{index}]" if where is None else where
     try:
+        _check_values(data, field_prefix, MAX_HOST_VALUES)
         return _parse_host(data, defaults)
     except _Invalid as e:
         raise InvalidFleet(f"{prefix}: {e.field}: {e.reason}",
-                           field=f"hosts[{index}].{e.field}", reason=e.reason) from None
+                           field=f"{field_prefix}.{e.field}", reason=e.reason) from None
+
+
+#: Values (counted as import would write them: a YAML alias counts each time it is
+#: used) in one host entry, and in a whole fleet document.
+MAX_HOST_VALUES = 200_000
+MAX_FLEET_VALUES = 4_000_000
+MAX_DEPTH = 32
+
+
+def _check_values(data: Any, field_prefix: str, budget: int) -> None:
+    """Walk ``data`` as import would write it, without recursion: at most ``budget``
+    values and ``MAX_DEPTH`` levels; integers within BIGINT, floats finite. This is
+    what bounds a YAML alias bomb (a few hundred bytes that expand to billions of
+    values): it is refused here, by ``--dry-run`` and import alike."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise _Invalid(path.lstrip(".") or "document",
+                           "fewer values (YAML aliases count each time they are used)")
+        if isinstance(value, dict):
+            if depth >= MAX_DEPTH:
+                raise _Invalid(path.lstrip("."), f"nesting of at most {MAX_DEPTH} levels")
+            stack.extend((v, f"{path}.{k}", depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            if depth >= MAX_DEPTH:
+                raise _Invalid(path.lstrip("."), f"nesting of at most {MAX_DEPTH} levels")
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        elif _is_int(value):
+            if abs(value) > limits.MAX_BIGINT:
+                raise _Invalid(path.lstrip("."), f"an integer of at most "
+                                                 f"{limits.MAX_BIGINT}", value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise _Invalid(path.lstrip("."), "a finite number", value)
 
 
 def _parse_host(data: Any, defaults: Mapping[str, Any] | None) -> HostRecord:
@@ -365,6 +420,15 @@ def forget_validated() -> None:
     _pci_devices_memo.cache_clear()
 
 
+def parse_pci_devices(value: Any, field: str = "devices") -> list[pci_device.PciDevice]:
+    """A node's whole device list as a report gives it, held to the fleet file's
+    rules (unique addresses, every VF's PF listed); raises InvalidRequest."""
+    try:
+        return _pci_devices(field, value)
+    except _Invalid as e:
+        raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
+
+
 # -- aggregates and the fleet -----------------------------------------------------------
 
 _AGGREGATE_KEYS = frozenset({"name", "availability_zone", "hosts", "metadata"})
@@ -379,8 +443,9 @@ def _parse_aggregate(data: Any, known_hosts: set[str]) -> AggregateRecord:
     az = _opt_str("availability_zone", agg.get("availability_zone"))
     metadata = {k: _scalar_str(f"metadata.{k}", v)
                 for k, v in _mapping("metadata", agg.get("metadata") or {}).items()}
-    for key in metadata:
+    for key, text in metadata.items():
         _str(f"metadata.{key}", key)
+        _metadata_value(f"metadata.{key}", key, text)
     meta_az = metadata.pop("availability_zone", None)
     if meta_az is not None and az is not None and meta_az != az:
         raise _Invalid("metadata.availability_zone",
@@ -399,11 +464,22 @@ def _parse_aggregate(data: Any, known_hosts: set[str]) -> AggregateRecord:
                            metadata=metadata)
 
 
+def _metadata_value(field: str, key: str, text: str) -> None:
+    try:
+        limits.check_metadata_value(key, text)
+    except limits.LimitError as e:
+        raise _Invalid(field, e.expected, text) from None
+
+
 def load_fleet(data: dict, defaults: Mapping[str, Any] | None = None) -> Fleet:
     """Validate a whole fleet document and return it; raises InvalidFleet."""
     if not isinstance(data, dict):
         raise InvalidFleet(f"fleet: expected a mapping with hosts:, got {_show(data)}",
                            field="fleet", reason="expected a mapping")
+    try:
+        _check_values(data, "", MAX_FLEET_VALUES)
+    except _Invalid as e:
+        raise InvalidFleet(f"{e.field}: {e.reason}", field=e.field, reason=e.reason) from None
     unknown = sorted(str(k) for k in data if k not in ("hosts", "aggregates"))
     if unknown:
         raise InvalidFleet(f"{unknown[0]}: unknown key (known keys: aggregates, hosts)",
@@ -473,12 +549,18 @@ def load_fleet_file(path: str, defaults: Mapping[str, Any] | None = None) -> Fle
     except OSError as e:
         raise InvalidFleet(f"{path}: cannot read: {e.strerror}", field="file",
                            reason=str(e.strerror)) from None
+    except UnicodeDecodeError as e:
+        raise InvalidFleet(f"{path}: not UTF-8 text (byte {e.start})", field="file",
+                           reason="not UTF-8 text") from None
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise InvalidFleet(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): "
                                f"{e.msg}", field="file", reason="not valid JSON") from None
+        except RecursionError:
+            raise InvalidFleet(f"{path}: nested too deeply", field="file",
+                               reason=f"nesting of at most {MAX_DEPTH} levels") from None
         return load_fleet(data, defaults)
     try:
         data = load_yaml(text)
@@ -488,4 +570,10 @@ def load_fleet_file(path: str, defaults: Mapping[str, Any] | None = None) -> Fle
         problem = getattr(e, "problem", None) or str(e)
         raise InvalidFleet(f"{path}: not valid YAML{at}: {problem}", field="file",
                            reason="not valid YAML") from None
+    except UnicodeDecodeError as e:
+        raise InvalidFleet(f"{path}: not UTF-8 text (byte {e.start})", field="file",
+                           reason="not UTF-8 text") from None
+    except RecursionError:
+        raise InvalidFleet(f"{path}: nested too deeply", field="file",
+                           reason=f"nesting of at most {MAX_DEPTH} levels") from None
     return load_fleet(data, defaults)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import os
-import re
 import threading
 import time
 import uuid as uuidlib
@@ -25,11 +25,9 @@ from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
-from db import aggregates, hosts, models
+from db import aggregates, claims, hosts, limits, models
 from db import pci as db_pci
-from pci.device import validate_device
-from pci.errors import PciError
-from scheduler import exception, fleet, metrics
+from scheduler import exception, fleet, metrics, policy
 from scheduler.request_spec import RequestSpec
 from scheduler.rpc import ALLOWED_REMOTE_EXMODS, check_json
 
@@ -42,7 +40,6 @@ MAX_INSTANCES = 1000    # instance_uuids in one select_destinations
 MAX_PCI_DEVICES = 4096  # devices in one report_pci_devices
 MAX_METADATA = 128      # keys in one aggregate metadata update
 MAX_AGGREGATE_HOSTS = 10000
-_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]+$")
 
 def _wire_error(error: exception.BerthError) -> exception.BerthError:
     """The same error as a type of a module the client may rebuild
@@ -101,38 +98,71 @@ class _Outage:
 _OUTAGE = _Outage()
 
 
+def _reply(error: exception.BerthError) -> oslo_messaging.ExpectedException:
+    """``error`` as an expected exception without its traceback: oslo.messaging
+    sends the formatted traceback of what it is given, and the caller must not see
+    the server's files and lines."""
+    error = error.with_traceback(None)
+    wrapped = oslo_messaging.ExpectedException()
+    wrapped.exc_info = (type(error), error, None)
+    return wrapped
+
+
+#: Methods whose policy target is not the caller's project: they authorize
+#: themselves (release and reschedule, against the instance's project).
+_AUTHORIZED_INSIDE = frozenset({"release", "reschedule"})
+
+
 def _expected(method: Callable) -> Callable:
     """Berth's errors are answers, not server faults: oslo.messaging logs them at
     DEBUG and sends them to the caller, who gets the same exception type. A
-    database that does not answer is one of them (``ServiceUnavailable``).
-    Every call is counted by result and timed (``scheduler.metrics``)."""
+    database that does not answer is one of them (``ServiceUnavailable``). Any
+    other exception is a fault: logged here with its traceback, answered with an
+    InternalError that names the request id and nothing else. Every call is
+    counted by result and timed (``scheduler.metrics``)."""
     name = method.__name__
+    signature = inspect.signature(method)
 
     @functools.wraps(method)
-    def wrapper(*args, **kwargs):
+    def wrapper(self, ctxt, *args, **kwargs):
         started = time.perf_counter()
+        try:
+            signature.bind(self, ctxt, *args, **kwargs)
+        except TypeError as e:      # a missing or unknown argument is the caller's error
+            error = exception.InvalidRequest(field="arguments", reason=str(e))
+            metrics.count_request(name, error, time.perf_counter() - started)
+            raise _reply(error) from None
         error = None
         try:
-            result = method(*args, **kwargs)
+            if name not in _AUTHORIZED_INSIDE:
+                self.policy.authorize(ctxt, name)
+            result = method(self, ctxt, *args, **kwargs)
         except exception.BerthError as e:
-            error = e
-            raise _wire_error(e) from None
+            error = _wire_error(e)
         except (db_exc.DBError, sa.exc.SQLAlchemyError) as e:
-            if not _unreachable(e):
-                error = e
-                raise
-            _OUTAGE.failed(e)
-            error = exception.ServiceUnavailable(reason="the database does not answer")
-            raise error from None
-        except Exception as e:
-            error = e
-            raise
+            if _unreachable(e):
+                _OUTAGE.failed(e)
+                error = exception.ServiceUnavailable(reason="the database does not answer")
+            else:
+                error = _internal(name, ctxt)
+        except Exception:
+            error = _internal(name, ctxt)
         finally:
             metrics.count_request(name, error, time.perf_counter() - started)
+        if error is not None:
+            raise _reply(error) from None
         _OUTAGE.answered()
         return result
 
-    return oslo_messaging.expected_exceptions(exception.BerthError)(wrapper)
+    wrapper.rpc_method = True
+    return wrapper
+
+
+def _internal(name: str, ctxt) -> exception.BerthError:
+    """Log the exception being handled; the InternalError the caller gets."""
+    request_id = getattr(ctxt, "request_id", None)
+    LOG.exception("Unexpected error in %s (request %s)", name, request_id)
+    return exception.InternalError(method=name, request_id=request_id)
 
 
 def _name(value: Any, field: str) -> str:
@@ -142,8 +172,10 @@ def _name(value: Any, field: str) -> str:
     if len(value) > MAX_NAME:
         raise exception.InvalidRequest(field=field,
                                        reason=f"longer than {MAX_NAME} characters")
-    if not _NAME_RE.match(value):
+    if limits.has_control(value):
         raise exception.InvalidRequest(field=field, reason="contains control characters")
+    if not value.strip():
+        raise exception.InvalidRequest(field=field, reason="blank")
     return value
 
 
@@ -203,9 +235,68 @@ def _metadata(value: Any, field: str) -> dict[str, str | None]:
     return out
 
 
+
 def _primitive(value: Any) -> Any:
     """Plain JSON values for the reply (datetimes become ISO strings)."""
     return jsonutils.to_primitive(value, convert_instances=True, convert_datetime=True)
+
+
+class _Target(oslo_messaging.Target):
+    """The endpoint's target, which oslo.messaging would also dispatch a call of a
+    method named ``target`` to: refused like any unknown method."""
+
+    def __call__(self, *args, **kwargs):
+        raise _reply(exception.InvalidRequest(field="method",
+                                              reason="unknown method 'target'")) from None
+
+
+class UnknownMethods:
+    """The last endpoint of the RPC server: answers a method no other endpoint has
+    with InvalidRequest naming it (oslo.messaging's own NoSuchMethod reply would
+    carry its traceback)."""
+
+    target = _Target(version=RPC_API_VERSION)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def unknown(ctxt, **kwargs):
+            raise _reply(exception.InvalidRequest(
+                field="method", reason=f"unknown method {_show(name)}")) from None
+        return unknown
+
+
+class TopicEndpoint:
+    """The manager's methods of one topic (``scheduler.rpc.COMPUTE_METHODS`` or
+    ``ADMIN_METHODS``); the others are refused with InvalidRequest naming the
+    method, so broker permissions on the topics decide who may call what. (No
+    ``target`` of its own: oslo.messaging's default, version 1.0, and a call of
+    ``target`` reaches UnknownMethods.)"""
+
+    def __init__(self, manager: SchedulerManager, methods: frozenset[str] | None,
+                 topic: str) -> None:
+        """``methods`` None: every RPC method of the manager (the ``_expected``
+        ones, and ``ping``), never its other attributes (``db``, ``conf`` ...)."""
+        self._manager = manager
+        self._methods = methods
+        self._topic = topic
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        attr = getattr(self._manager, name, None)
+        is_rpc = name == "ping" or getattr(attr, "rpc_method", False)
+        if not is_rpc:
+            raise AttributeError(name)
+        if self._methods is None or name in self._methods:
+            return attr
+        topic = self._topic
+
+        def refused(ctxt, **kwargs):
+            raise _reply(exception.InvalidRequest(
+                field="method", reason=f"{name} is not served on topic {topic}")) from None
+        return refused
 
 
 class SchedulerManager:
@@ -225,6 +316,7 @@ class SchedulerManager:
         self.conf = conf
         self.backend = backend
         self.worker = worker
+        self.policy = policy.Policy(conf)
         self._started = time.monotonic()
 
     # -- placement --------------------------------------------------------------------
@@ -265,13 +357,26 @@ class SchedulerManager:
 
     @_expected
     def release(self, ctxt, instance_uuid) -> bool:
-        return bool(self.scheduler.release(_uuid(instance_uuid, "instance_uuid")))
+        instance_uuid = _uuid(instance_uuid, "instance_uuid")
+        self._authorize_instance(ctxt, "release", instance_uuid)
+        return bool(self.scheduler.release(instance_uuid))
 
     @_expected
     def reschedule(self, ctxt, instance_uuid, failed_host) -> list[dict]:
         instance_uuid = _uuid(instance_uuid, "instance_uuid")
         failed_host = _name(failed_host, "failed_host")
+        self._authorize_instance(ctxt, "reschedule", instance_uuid)
         return [s.to_primitive() for s in self.scheduler.reschedule(instance_uuid, failed_host)]
+
+    def _authorize_instance(self, ctxt, method: str, instance_uuid: str) -> None:
+        """The policy check of a call on one instance, against its project. An
+        instance that holds nothing is checked against the caller's own project,
+        so a refusal never tells whether (or where) another project's runs."""
+        if not self.policy.enabled:
+            return
+        alloc = claims.get_allocation(self.db, instance_uuid)
+        project = alloc["project_id"] if alloc else getattr(ctxt, "project_id", None)
+        self.policy.authorize(ctxt, method, {"project_id": project})
 
     @staticmethod
     def _instance_uuids(value: Any) -> list[str] | None:
@@ -301,7 +406,7 @@ class SchedulerManager:
         reply's ``warnings`` say what is short.
         """
         check_json(node, "node")
-        record = fleet.parse_host(_dict(node, "node"))
+        record = fleet.parse_host(_dict(node, "node"), where="node")
         with self.db.writer() as session:
             current = hosts.node_for_update(session, record.node)
             shortfalls = hosts.capacity_shortfalls(current, record) if current else []
@@ -354,10 +459,7 @@ class SchedulerManager:
         if len(devices) > MAX_PCI_DEVICES:
             raise exception.InvalidRequest(field="devices",
                                            reason=f"more than {MAX_PCI_DEVICES} devices")
-        try:
-            parsed = [validate_device(d, f"devices[{i}]") for i, d in enumerate(devices)]
-        except PciError as e:
-            raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
+        parsed = fleet.parse_pci_devices(devices, "devices")
         with self.db.writer_connection() as conn:
             plan = db_pci.report_devices(conn, self._node_id(conn, node), parsed)
         for warning in plan.warnings:

@@ -17,6 +17,10 @@ GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affin
 MAX_INSTANCES = 1000
 MAX_LIST = 1000
 MAX_STR = 255
+#: PCI requests in one spec: ``pci_passthrough:alias`` items plus ``pci_requests``.
+MAX_PCI_REQUESTS = 64
+#: Devices asked for by one instance, over all its PCI requests.
+MAX_PCI_DEVICES = 1024
 
 _TOP_LEVEL = frozenset({
     "num_instances", "instance_uuids", "project_id", "user_id", "flavor", "image",
@@ -182,9 +186,9 @@ class InstanceGroup:
                 raise InvalidRequest(field="instance_group.rules.max_server_per_host",
                                      reason="only valid with the anti-affinity policy")
             raw = rules["max_server_per_host"]
-            if isinstance(raw, str) and raw.isdigit():
+            if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) < 19:
                 raw = int(raw)
-            max_per_host = _int(raw, "instance_group.rules.max_server_per_host", 1)
+            max_per_host = _int(raw, "instance_group.rules.max_server_per_host", 1, MAX_INSTANCES)
         return cls(uuid=_str(data["uuid"], "instance_group.uuid", 36), policy=policy,
                    max_server_per_host=max_per_host,
                    name=_opt_str(data.get("name"), "instance_group.name"))
@@ -336,8 +340,9 @@ class RequestSpec:
         raw_pci = data.get("pci_requests") or []
         if not isinstance(raw_pci, list):
             raise InvalidRequest(field="pci_requests", reason="expected a list")
-        if len(raw_pci) > 64:
-            raise InvalidRequest(field="pci_requests", reason="more than 64 requests")
+        if len(raw_pci) > MAX_PCI_REQUESTS:
+            raise InvalidRequest(field="pci_requests",
+                                 reason=f"more than {MAX_PCI_REQUESTS} requests")
         spec = cls(
             flavor=flavor,
             num_instances=num,
@@ -437,6 +442,14 @@ def _pci_requests(flavor: Flavor, image: Image, raw: list, aliases: Mapping) -> 
     policy = _pci_numa_policy(flavor, image)
     if not raw and not alias_spec:
         return ()
+    if alias_spec:
+        items = sum(1 for item in alias_spec.split(",") if item.strip())
+        if items + len(raw) > MAX_PCI_REQUESTS:
+            field = ("flavor.extra_specs.pci_passthrough:alias" if items > MAX_PCI_REQUESTS
+                     else "pci_requests")
+            raise InvalidRequest(field=field, reason=f"{items} alias items and {len(raw)} "
+                                                     f"PCI requests: at most "
+                                                     f"{MAX_PCI_REQUESTS} in all")
     from pci import errors as pci_errors
     from pci import request as pci_request
 
@@ -447,6 +460,11 @@ def _pci_requests(flavor: Flavor, image: Image, raw: list, aliases: Mapping) -> 
                                                               numa_policy=policy))
         if raw:
             out += tuple(pci_request.requests_from_primitive(raw))
-        return out
     except pci_errors.PciError as e:
         raise InvalidRequest(field=e.field, reason=e.reason) from None
+    devices = sum(r.count for r in out)
+    if devices > MAX_PCI_DEVICES:
+        field = "pci_requests" if raw else "flavor.extra_specs.pci_passthrough:alias"
+        raise InvalidRequest(field=field, reason=f"{devices} devices asked for: at most "
+                                                 f"{MAX_PCI_DEVICES} per instance")
+    return out

@@ -55,6 +55,16 @@ rpc_opts = [
                     "Every scheduler process of one deployment must use the same "
                     "topic; give separate deployments sharing a broker separate "
                     "topics (or separate [DEFAULT] control_exchange)."),
+    cfg.StrOpt("admin_topic",
+               help="Topic of the operator and agent calls (report_compute_node, "
+                    "report_pci_devices, aggregate_*, list_hosts, show_host); the "
+                    "compute-API calls (select_destinations, release, reschedule) "
+                    "stay on [scheduler] topic, and each topic refuses the other's "
+                    "calls. Unset: every call on [scheduler] topic. Set it, and "
+                    "give the compute API's broker user no write permission on it "
+                    "(RabbitMQ topic permissions on the control exchange), to keep "
+                    "compute APIs away from admin calls. Clients and daemons must "
+                    "agree."),
     cfg.StrOpt("rpc_version_cap",
                help="Highest scheduler RPC API version clients send, e.g. '1.0'. "
                     "Set it to the oldest scheduler still running during a rolling "
@@ -76,6 +86,21 @@ rpc_opts = [
 ]
 
 LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts)]
+
+#: Who calls what: the compute API places and frees instances; operators and host
+#: agents report hosts and edit aggregates. ``ping`` is served on both topics.
+COMPUTE_METHODS = frozenset({"select_destinations", "release", "reschedule", "ping"})
+ADMIN_METHODS = frozenset({"report_compute_node", "report_pci_devices", "aggregate_create",
+                           "aggregate_update", "aggregate_delete", "aggregate_add_host",
+                           "aggregate_remove_host", "aggregate_set_metadata",
+                           "aggregate_list", "list_hosts", "show_host", "heartbeat",
+                           "capacity", "ping"})
+
+
+def admin_topic(conf: cfg.ConfigOpts = cfg.CONF) -> str | None:
+    """The separate topic of admin calls, or None when they share [scheduler] topic."""
+    topic = conf.scheduler.admin_topic
+    return topic if topic and topic != conf.scheduler.topic else None
 
 cfg.CONF.register_opts(server_opts)
 cfg.CONF.register_opts(rpc_opts, group="scheduler")

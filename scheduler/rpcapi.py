@@ -52,6 +52,10 @@ class SchedulerAPI:
             self.transport, topic or conf.scheduler.topic,
             version_cap=conf.scheduler.rpc_version_cap,
             timeout=timeout, retry=retry)
+        admin = rpc.admin_topic(conf) if topic is None else None
+        self.admin_client = self.client if admin is None else rpc.get_client(
+            self.transport, admin, version_cap=conf.scheduler.rpc_version_cap,
+            timeout=timeout, retry=retry)
 
     def close(self) -> None:
         if self._own_transport:
@@ -65,8 +69,9 @@ class SchedulerAPI:
 
     def _call(self, ctxt, method: str, **kwargs: Any) -> Any:
         rpc.check_json(kwargs, "arguments")
-        return self.client.prepare(version="1.0").call(ctxt or rpc.new_context(), method,
-                                                       **kwargs)
+        client = self.client if method in rpc.COMPUTE_METHODS else self.admin_client
+        return client.prepare(version="1.0").call(ctxt or rpc.new_context(), method,
+                                                  **kwargs)
 
     # -- placement --------------------------------------------------------------------
     def select_destinations(self, ctxt, request_spec: dict,

@@ -134,6 +134,7 @@ class SchedulerService:
         self._host_manager = None       # set when this service builds its own scheduler
         self._db = db
         self.server = None
+        self._servers: list = []
         self.manager = None
 
     @property
@@ -147,7 +148,7 @@ class SchedulerService:
 
     def start(self) -> None:
         from db.api import Database
-        from scheduler.manager import SchedulerManager
+        from scheduler.manager import SchedulerManager, TopicEndpoint, UnknownMethods
 
         if self._db is None:
             self._db = Database.from_conf(self.conf)
@@ -162,11 +163,21 @@ class SchedulerService:
                                         backend=self.backend, worker=self.worker)
         if self._transport is None:
             self._transport = rpc.get_transport(self.conf)
-        self.server = rpc.get_server(self._transport, self.conf.scheduler.topic,
-                                     self.conf.host, [self.manager], self.backend)
-        self.server.start()
-        LOG.info("Scheduler worker %d (pid %d) serving topic %r as %r with the %s backend",
-                 self.worker, os.getpid(), self.conf.scheduler.topic, self.conf.host,
+        topic, admin = self.conf.scheduler.topic, rpc.admin_topic(self.conf)
+        if admin is None:
+            served = [(topic, TopicEndpoint(self.manager, None, topic))]
+        else:       # compute-API and admin calls on topics of their own
+            served = [(topic, TopicEndpoint(self.manager, rpc.COMPUTE_METHODS, topic)),
+                      (admin, TopicEndpoint(self.manager, rpc.ADMIN_METHODS, admin))]
+        self._servers = [rpc.get_server(self._transport, t, self.conf.host,
+                                        [endpoint, UnknownMethods()], self.backend)
+                         for t, endpoint in served]
+        self.server = self._servers[0]
+        for server in self._servers:
+            server.start()
+        LOG.info("Scheduler worker %d (pid %d) serving topic %r%s as %r with the %s backend",
+                 self.worker, os.getpid(), topic,
+                 f" (admin calls on {admin!r})" if admin else "", self.conf.host,
                  self.backend)
 
     def _preload(self) -> None:
@@ -199,8 +210,14 @@ class SchedulerService:
             return True
         LOG.info("Scheduler worker %d stopping: no new requests, draining those in flight",
                  self.worker)
-        self.server.stop()
-        waiter = threading.Thread(target=self.server.wait, name="drain", daemon=True)
+        servers = self._servers or [self.server]
+        for server in servers:
+            server.stop()
+
+        def wait_all() -> None:
+            for server in servers:
+                server.wait()
+        waiter = threading.Thread(target=wait_all, name="drain", daemon=True)
         waiter.start()
         waiter.join(timeout or None)
         drained = not waiter.is_alive()
@@ -217,6 +234,7 @@ class SchedulerService:
                       "anyway (each claim is one transaction: none is half-written)",
                       self.worker, timeout)
         self.server = None
+        self._servers = []
         return drained
 
 

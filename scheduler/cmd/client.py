@@ -166,6 +166,10 @@ def _read_json(path: str) -> Any:
         raise CliError(f"cannot read {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise CliError(f"{path}: not valid JSON: {e}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise CliError(f"{path}: nested too deeply") from None
 
 
 def _read_host_yaml(path: str) -> dict:
@@ -179,6 +183,10 @@ def _read_host_yaml(path: str) -> dict:
         raise CliError(f"cannot read {path}: {e.strerror}") from None
     except yaml.YAMLError as e:
         raise CliError(f"{path}: not valid YAML: {e}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise CliError(f"{path}: nested too deeply") from None
     if isinstance(data, dict) and "hosts" in data and "host" not in data:
         hosts = data.get("hosts")
         if not isinstance(hosts, list) or len(hosts) != 1:
@@ -187,6 +195,13 @@ def _read_host_yaml(path: str) -> dict:
         data = hosts[0]
     if not isinstance(data, dict):
         raise CliError(f"{path}: expected a host mapping (fleet format)")
+    from scheduler.exception import InvalidRequest
+    from scheduler.rpc import check_json
+
+    try:   # as the daemon will: bounded before it is sent (a YAML alias bomb is not)
+        check_json(data, "node")
+    except InvalidRequest as e:
+        raise CliError(f"{path}: {e.field}: {e.reason}") from None
     return data
 
 

@@ -70,7 +70,56 @@ def main() -> int:
         eventlet.monkey_patch()
     from scheduler import service
 
-    return service.main(sys.argv[1:], backend)
+    try:
+        return service.main(sys.argv[1:], backend)
+    except Exception as e:
+        line = startup_failure(e)
+        if line is None:
+            raise
+    # One line on stderr (and in the log file, when there is one): what cannot be
+    # used and why; no traceback, and no URL (it may hold a password).
+    print(f"{_PROG}: {line}", file=sys.stderr, flush=True)
+    _log_error(line)
+    return EXIT_UNAVAILABLE
+
+
+#: Exit status when the database or the broker cannot be used at start-up.
+EXIT_UNAVAILABLE = 3
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:300]
+
+
+def startup_failure(error: BaseException) -> str | None:
+    """The one line to print when ``error`` means the database or the message
+    broker cannot be used (down, refused, wrong password), else None."""
+    import sqlalchemy.exc
+    from oslo_db import exception as db_exc
+
+    if isinstance(error, db_exc.DBError | sqlalchemy.exc.SQLAlchemyError):
+        return f"cannot use the database ([database] connection): {_first_line(error)}"
+    import amqp.exceptions
+    import kombu.exceptions
+    import oslo_messaging
+
+    if isinstance(error, oslo_messaging.MessagingException | amqp.exceptions.AMQPError
+                  | kombu.exceptions.KombuError | ConnectionError):
+        return (f"cannot use the message broker ([DEFAULT] transport_url): "
+                f"{_first_line(error)}")
+    return None
+
+
+def _log_error(line: str) -> None:
+    """The line in the log too, unless the log is the terminal stderr went to."""
+    from oslo_config import cfg
+    from oslo_log import log as logging
+
+    conf = cfg.CONF
+    if getattr(conf, "log_file", None) or getattr(conf, "use_syslog", False) \
+            or getattr(conf, "use_journal", False):
+        logging.getLogger("berth").error("berth-scheduler cannot start: %s", line)
 
 
 if __name__ == "__main__":

@@ -91,9 +91,9 @@ def _host_error(mutate) -> fleet.InvalidFleet:
     (lambda d: d["hosts"][1].update(local_gb=-1),
      "hosts[1] (compute-002): local_gb: expected an integer >= 0, got -1"),
     (lambda d: d["hosts"][1].update(cpu_allocation_ratio=0),
-     "hosts[1] (compute-002): cpu_allocation_ratio: expected a number > 0, got 0"),
+     "hosts[1] (compute-002): cpu_allocation_ratio: expected a number > 0 and <= 1000, got 0"),
     (lambda d: d["hosts"][1].update(ram_allocation_ratio="1.5"),
-     "hosts[1] (compute-002): ram_allocation_ratio: expected a number > 0, got '1.5'"),
+     "hosts[1] (compute-002): ram_allocation_ratio: expected a number > 0 and <= 1000, got '1.5'"),
     (lambda d: d["hosts"][1].update(reserved_host_cpus=17),
      "hosts[1] (compute-002): reserved_host_cpus: expected an integer between 0 and "
      "vcpus (16), got 17"),
@@ -104,7 +104,8 @@ def _host_error(mutate) -> fleet.InvalidFleet:
     (lambda d: d["hosts"][1].update(disabled="no"),
      "hosts[1] (compute-002): disabled: expected true or false, got 'no'"),
     (lambda d: d["hosts"][1].update(metrics={"cpu.percent": "high"}),
-     "hosts[1] (compute-002): metrics.cpu.percent: expected a number, got 'high'"),
+     "hosts[1] (compute-002): metrics.cpu.percent: expected a finite number between "
+     "-1e+15 and 1e+15, got 'high'"),
     (lambda d: d["hosts"][1].update(host="compute-001"),
      "hosts[1] (compute-001): host: expected a unique host name, got 'compute-001' "
      "(also hosts[0])"),

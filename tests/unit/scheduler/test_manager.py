@@ -145,8 +145,8 @@ def test_report_compute_node_upserts_and_bumps_generation(manager, sqlite_db):
 
 @pytest.mark.parametrize("node, field", [
     ("compute-001", "node"),
-    ({**HOST, "vcpus": -1}, "hosts[0].vcpus"),
-    ({**HOST, "bogus": 1}, "hosts[0]"),
+    ({**HOST, "vcpus": -1}, "node.vcpus"),
+    ({**HOST, "bogus": 1}, "node.bogus"),
     ({**HOST, "stats": {"k": float("inf")}}, "node.stats.k"),
 ])
 def test_report_compute_node_refuses_bad_payloads(manager, sqlite_db, node, field):
@@ -238,14 +238,16 @@ def test_a_database_that_does_not_answer_is_a_typed_retryable_error(tmp_path, ca
     db.dispose()
 
 
-def test_other_database_errors_stay_faults(sqlite_db):
-    """A broken statement is a bug, not an outage: it is not disguised."""
+def test_other_database_errors_stay_faults(sqlite_db, caplog):
+    """A broken statement is a bug, not an outage: logged with its traceback and
+    answered as an InternalError, not as ServiceUnavailable."""
     from scheduler import manager as manager_mod
 
     class Broken(FakeScheduler):
         def release(self, instance_uuid):
             raise sa.exc.ProgrammingError("SELECT nope", {}, Exception("no such column"))
-    endpoint = SchedulerManager(sqlite_db, Broken())
-    with pytest.raises(sa.exc.ProgrammingError):
+    endpoint = Direct(SchedulerManager(sqlite_db, Broken()))
+    with pytest.raises(exception.InternalError):
         endpoint.release({}, U1)
     assert manager_mod._OUTAGE.since is None
+    assert any(r.exc_info for r in caplog.records if "Unexpected error" in r.getMessage())

@@ -215,7 +215,7 @@ BAD_FLEETS = {
         "hosts[0] (compute-001): numa_topology.cells.0.pcpuset:"),
     "bad ratio": (
         _bad(lambda d: d["hosts"][0].update(cpu_allocation_ratio=-1)),
-        "hosts[0] (compute-001): cpu_allocation_ratio: expected a number > 0, got -1"),
+        "hosts[0] (compute-001): cpu_allocation_ratio: expected a number > 0 and <= 1000, got -1"),
 }
 
 
