@@ -309,8 +309,10 @@ def test_claim_conflict_is_counted(two_workers):
         - value(before, "berth_claim_conflicts_total", kind="generation") == 1
     assert value(after, "berth_claim_retries_total", reason="conflict") \
         - value(before, "berth_claim_retries_total", reason="conflict") == 1
+    # The claiming worker re-reads the node once; the other worker may re-read
+    # it too when its own refresh sees the claim's change before the scrape.
     assert value(after, "berth_cache_nodes_reloaded_total") \
-        - value(before, "berth_cache_nodes_reloaded_total") == 1
+        - value(before, "berth_cache_nodes_reloaded_total") in (1, 2)
     daemon.assert_consistent()
 
 
