@@ -529,7 +529,14 @@ class FilterScheduler:
                         refused[reason] += 1
                         return None
                     consumed = persist(host, consumed)
-                    self.host_manager.apply_claim(host, req.spec, consumed)
+                    try:
+                        self.host_manager.apply_claim(host, req.spec, consumed)
+                    except BaseException:
+                        # persisted but not applied: give it back, then fail (the
+                        # cached host is behind the database now; the next claim
+                        # on it conflicts and re-reads it)
+                        claims.release(self.db, instance_uuid)
+                        raise
                     return consumed
             except claims.DuplicateAllocation:
                 raise _AlreadyPlaced(instance_uuid) from None

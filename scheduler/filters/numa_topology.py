@@ -108,13 +108,16 @@ class NUMATopologyFilter(BaseHostFilter):
         reserve = 1 if guest.emulator_threads_isolated else 0
         pinned_total = 0
         for index, cell in enumerate(guest.cells):
-            wanted = len(cell.pcpuset) + (reserve if index == 0 else 0)
+            cell_reserve = reserve if index == 0 else 0
+            wanted = len(cell.pcpuset) + cell_reserve
             pinned_total += wanted
             if wanted:
-                column = {numa_topology.ISOLATE: cols.numa_free_cores,
-                          numa_topology.REQUIRE: cols.numa_free_pair_cpus}.get(
-                              cell.cpu_thread_policy, cols.numa_free_pcpus)
-                refused |= column < wanted
+                refused |= cols.numa_free_pcpus < wanted
+                if cell.cpu_thread_policy == numa_topology.ISOLATE:
+                    refused |= cols.numa_free_cores < wanted
+                elif cell.cpu_thread_policy == numa_topology.REQUIRE:
+                    # the vCPUs on sibling pairs; the emulator threads' CPU anywhere
+                    refused |= cols.numa_free_pair_cpus < wanted - cell_reserve
             if cell.cpuset:
                 refused |= cols.numa_shared_room < len(cell.cpuset)
             page_column = _PAGE_COLUMNS.get(cell.pagesize)

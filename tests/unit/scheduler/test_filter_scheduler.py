@@ -220,3 +220,18 @@ def test_info_log_says_which_filter_removed_how_many(sqlite_db, conf, caplog):
     line = next(r.getMessage() for r in caplog.records if "Placed" in r.getMessage())
     assert "2/4 hosts passed filters" in line
     assert "ComputeFilter -1" in line and "RamFilter -1" in line
+
+
+def test_a_claim_persisted_but_not_applied_is_given_back(any_db, conf):
+    """If applying a persisted claim to the cache fails, the claim is released
+    and the request fails: nothing is held that the caller does not know of."""
+    _fleet(any_db, TWO_HOSTS)
+    s = _sched(any_db, conf)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cache broke")
+    s.host_manager.apply_claim = broken
+    with pytest.raises(RuntimeError):
+        s.select_destinations(_req(s), [U[0]])
+    assert _allocations(any_db) == {}
+    assert simulate.check_invariants(any_db) == []

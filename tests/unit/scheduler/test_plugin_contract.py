@@ -446,7 +446,16 @@ def test_the_numa_shortcuts_at_their_edges(conf):
             for extra in ({"hw:cpu_policy": "dedicated"},
                           {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"},
                           {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"},
+                          {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require",
+                           "hw:emulator_threads_policy": "isolate"},
+                          {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate",
+                           "hw:emulator_threads_policy": "isolate"},
+                          {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0",
+                           "hw:cpu_thread_policy": "require",
+                           "hw:emulator_threads_policy": "isolate"},
                           {"hw:numa_nodes": "1"}):
+                if extra.get("hw:cpu_policy") == "mixed" and vcpus < 2:
+                    continue
                 reqs.append({"vcpus": vcpus, "memory_mb": 1024, "extra_specs": extra})
     for m in sorted(memories):
         for mem in (m, m + 1, m + 3):
