@@ -293,7 +293,7 @@ class FilterScheduler:
                         spec.num_instances, e.instance_index, timeout, len(claimed))
             self._undo(claimed)
             raise
-        except Exception as e:
+        except BaseException as e:     # eventlet's Timeout and GreenletExit too
             outcome = f"failed ({type(e).__name__})"
             self._undo(claimed)
             raise

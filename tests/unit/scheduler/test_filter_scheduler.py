@@ -235,3 +235,22 @@ def test_a_claim_persisted_but_not_applied_is_given_back(any_db, conf):
         s.select_destinations(_req(s), [U[0]])
     assert _allocations(any_db) == {}
     assert simulate.check_invariants(any_db) == []
+
+
+def test_a_request_killed_part_way_gives_its_claims_back(any_db, conf):
+    """A BaseException between instances (eventlet's Timeout, a killed green
+    thread) undoes the claims already made."""
+    _fleet(any_db, TWO_HOSTS)
+    s = _sched(any_db, conf)
+    real = s._place_instance
+    calls = []
+
+    def second_dies(req, index, uuid):
+        calls.append(index)
+        if index == 1:
+            raise KeyboardInterrupt("killed")
+        return real(req, index, uuid)
+    s._place_instance = second_dies
+    with pytest.raises(KeyboardInterrupt):
+        s.select_destinations(_req(s, num_instances=2), [U[0], U[1]])
+    assert calls == [0, 1] and _allocations(any_db) == {}
