@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -31,77 +29,6 @@ VF_SPEC = '{"vendor_id": "8086", "product_id": "154c", "physical_network": "phys
 NODE1_2M = "devices/system/node/node1/hugepages/hugepages-2048kB"
 NODE1_1G = "devices/system/node/node1/hugepages/hugepages-1048576kB"
 PCI = "bus/pci/devices"
-
-
-class TcpProxy:
-    """127.0.0.1:<port> -> RabbitMQ; ``stop`` drops every connection (the broker
-    is "away" for the agent only), ``start`` listens again on the same port."""
-
-    def __init__(self, target=("127.0.0.1", 5672)):
-        self.target = target
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self._server = None
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def start(self):
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", self.port))
-        server.listen(16)
-        self._server = server
-        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
-
-    def _accept(self, server):
-        while True:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def stop(self):
-        if self._server is not None:
-            # shutdown wakes the accept() of the other thread; close alone would not.
-            try:
-                self._server.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._server.close()
-            self._server = None
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
 
 
 class Agent:
@@ -205,7 +132,7 @@ def env(tmp_path):
                     extra=f"[filter_scheduler]\nenabled_filters = ComputeFilter,RamFilter,"
                           f"CoreFilter,DiskFilter,NUMATopologyFilter,PciPassthroughFilter\n"
                           f"[pci]\nalias = {ALIAS}\n")
-    proxy = TcpProxy()
+    proxy = services.TcpProxy(("127.0.0.1", 5672))
     proxy.start()
     tree = fake_host.copy_tree("two_socket_smt", str(tmp_path))
     agent = Agent(tmp_path, daemon, tree, f"rabbit://guest:guest@127.0.0.1:{proxy.port}/")
@@ -378,7 +305,7 @@ def test_agent_started_before_the_broker(tmp_path):
     services.require_rabbitmq()
     daemon = Daemon(tmp_path, fleet={"hosts": [{"host": "fc00", "vcpus": 4,
                                                 "memory_mb": 4096, "local_gb": 10}]})
-    proxy = TcpProxy()                       # not listening yet
+    proxy = services.TcpProxy(("127.0.0.1", 5672))      # not listening yet
     tree = fake_host.copy_tree("offline_cpus", str(tmp_path))
     agent = Agent(tmp_path, daemon, tree, f"rabbit://guest:guest@127.0.0.1:{proxy.port}/")
     text = agent.config.read_text()

@@ -75,72 +75,6 @@ def wait_for(predicate, timeout: float = 30, what: str = "condition"):
         time.sleep(0.2)
 
 
-class TcpProxy:
-    """Forwards a loopback port to MariaDB, so a test can make the database
-    unreachable for one daemon (``stop``) and reachable again (``start``)
-    without touching the shared server."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.port = _free_port()
-        self._listener: socket.socket | None = None
-        self._open: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(32)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def stop(self) -> None:
-        """Refuse new connections and cut the open ones."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
-        with self._lock:
-            sockets, self._open = self._open, []
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return                      # stopped
-            try:
-                server = socket.create_connection(self.upstream, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            server.settimeout(None)
-            with self._lock:
-                self._open += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-
 def _monitored(tmp_path, workers: int, **kw) -> tuple[Daemon, int]:
     port = _free_port()
     d = Daemon(tmp_path, workers=workers, extra=f"""[metrics]
@@ -349,7 +283,7 @@ def test_readyz_follows_the_database(tmp_path):
     """One worker serves its own port, reaching MariaDB through a proxy. When
     the database server is unreachable, or answers without the database, the
     worker is not ready (still alive); when it is back, ready again."""
-    proxy = TcpProxy(("127.0.0.1", 3306))
+    proxy = services.TcpProxy(("127.0.0.1", 3306))
     proxy.start()
     daemon, port = _monitored(tmp_path, workers=1, backend="threading")
     daemon.config.write_text(daemon.config.read_text().replace(
