@@ -147,7 +147,7 @@ def _checked(flt: BaseHostFilter, reason: Any, where: str) -> str | None:
 
 def ask_host(flt: BaseHostFilter, host, state) -> str | None:
     """``flt.host_passes(host, state)``, held to the contract."""
-    try:
+    try:        # inline, not _plugin_call: this runs once per class asked
         reason = flt.host_passes(host, state)
     except exception.BerthError:
         raise
@@ -158,20 +158,36 @@ def ask_host(flt: BaseHostFilter, host, state) -> str | None:
     return _checked(flt, reason, f"for host {host.host}")
 
 
+def _plugin_call(flt: BaseHostFilter, what: str, call):
+    """``call()``; an exception other than Berth's own is the plugin's fault:
+    logged, and raised as a PluginError naming the filter and ``what`` failed."""
+    try:
+        return call()
+    except exception.BerthError:
+        raise
+    except Exception as e:
+        LOG.exception("Filter %s failed", flt.name)
+        raise exception.PluginError(plugin=flt.name, reason=f"{what} failed: {e!r}") \
+            from None
+
+
+def _bool_mask(flt: BaseHostFilter, value, n: int, what: str) -> np.ndarray:
+    """``value`` as a bool array of ``n`` rows (or one bool), else a PluginError
+    saying ``what`` it must be."""
+    mask = np.asarray(value)
+    if mask.dtype != bool or mask.shape not in ((), (n,)):
+        raise exception.PluginError(
+            plugin=flt.name, reason=f"{what} of {n} rows, got {mask.dtype} {mask.shape}")
+    return mask
+
+
 def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
     """Every row's answer from the filter's ``refusals``."""
     flt = step.flt
     n = cols.n
     answers = ClassAnswers(0)
     v = Verdicts(step, state, n, answers, classed=None)
-    try:
-        pairs = list(flt.refusals(cols, state))
-    except exception.BerthError:
-        raise
-    except Exception as e:
-        LOG.exception("Filter %s failed", flt.name)
-        raise exception.PluginError(plugin=flt.name, reason=f"refusals failed: {e!r}") \
-            from None
+    pairs = _plugin_call(flt, "refusals", lambda: list(flt.refusals(cols, state)))
     codes = v.codes
     codes[:] = PASS
     first = True
@@ -179,12 +195,7 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
         reason = _checked(flt, reason, "as a reason")
         if reason is None:
             raise exception.PluginError(plugin=flt.name, reason="a refusal needs a reason")
-        refused = np.asarray(refused)
-        if refused.dtype != bool or refused.shape not in ((), (n,)):
-            raise exception.PluginError(
-                plugin=flt.name,
-                reason=f"refusals must be bool masks of {n} rows, got {refused.dtype} "
-                       f"{refused.shape}")
+        refused = _bool_mask(flt, refused, n, "refusals must be bool masks")
         code = answers.code_of(reason)
         if refused.ndim == 0:
             if refused:
@@ -201,19 +212,8 @@ def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns,
                   method: str = "screen") -> np.ndarray:
     """The rows ``flt.screen`` says certainly fail (or ``flt.sure_passes``
     certainly pass), held to the contract."""
-    try:
-        mask = np.asarray(getattr(flt, method)(cols, state))
-    except exception.BerthError:
-        raise
-    except Exception as e:
-        LOG.exception("Filter %s failed", flt.name)
-        raise exception.PluginError(plugin=flt.name, reason=f"{method} failed: {e!r}") \
-            from None
-    if mask.dtype != bool or mask.shape not in ((), (cols.n,)):
-        raise exception.PluginError(
-            plugin=flt.name,
-            reason=f"{method} must be a bool mask of {cols.n} rows, got {mask.dtype} "
-                   f"{mask.shape}")
+    value = _plugin_call(flt, method, lambda: getattr(flt, method)(cols, state))
+    mask = _bool_mask(flt, value, cols.n, f"{method} must be a bool mask")
     return np.broadcast_to(mask, (cols.n,))
 
 
