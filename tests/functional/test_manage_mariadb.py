@@ -9,30 +9,15 @@ import pytest
 import yaml
 
 from db import migration
-from scheduler.cmd import manage
-from tests import services
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SAMPLE = os.path.abspath(os.path.join(ROOT, "etc", "berth", "fleet.sample.yaml"))
 
 
 @pytest.fixture
-def cli(tmp_path, capsys):
+def cli(manage_cli):
     """Runs berth-manage with a config pointing at a fresh MariaDB database."""
-    name, url = services.create_mariadb_database()
-    conf = tmp_path / "berth.conf"
-    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n[database]\nconnection = {url}\n")
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        rc = manage.main(["--config-file", str(conf), *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    try:
-        yield run
-    finally:
-        services.drop_mariadb_database(name)
+    return manage_cli
 
 
 def test_sample_fleet_on_mariadb(cli, tmp_path):

@@ -9,8 +9,6 @@ import uuid
 import pytest
 
 from scheduler import exception
-from scheduler.cmd import manage
-from tests import services
 from tests.functional.daemon import Daemon, small_fleet
 
 REQUEST = {"flavor": {"name": "m1", "vcpus": 4, "memory_mb": 6144, "root_gb": 20}}
@@ -71,21 +69,9 @@ def test_capacity_rpc_refuses_bad_requests(daemon):
 
 
 @pytest.fixture
-def cli(tmp_path, capsys):
-    name, url = services.create_mariadb_database()
-    conf = tmp_path / "berth.conf"
-    conf.write_text(f"[database]\nconnection = {url}\n")
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        rc = manage.main(["--config-file", str(conf), *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-    try:
-        assert run("db", "sync")[0] == 0
-        yield run
-    finally:
-        services.drop_mariadb_database(name)
+def cli(manage_cli):
+    assert manage_cli("db", "sync")[0] == 0
+    return manage_cli
 
 
 def test_bulk_import_and_capacity_on_mariadb(cli, tmp_path):
