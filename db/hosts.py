@@ -509,16 +509,22 @@ def _context(session: Session, node_ids: list[int], hosts: list[str]) -> dict[st
             if zone:
                 zones[host] = zone
     pci: dict[int, dict[str, int]] = {}
+    pci_tags: dict[int, dict[str, int]] = {}
     allocs: dict[int, int] = {}
     if node_ids:
+        dev = models.PciDevice
         rows = session.execute(
-            sa.select(models.PciDevice.compute_node_id, models.PciDevice.status,
-                      sa.func.count())
-            .where(models.PciDevice.compute_node_id.in_(node_ids))
-            .group_by(models.PciDevice.compute_node_id, models.PciDevice.status))
-        for node_id, status, count in rows.tuples():
-            if status != pci_device.REMOVED:
-                pci.setdefault(node_id, {})[status] = count
+            sa.select(dev.compute_node_id, dev.status, dev.tags, sa.func.count())
+            .where(dev.compute_node_id.in_(node_ids))
+            .group_by(dev.compute_node_id, dev.status, dev.tags))
+        for node_id, status, tags, count in rows.tuples():
+            if status == pci_device.REMOVED:
+                continue
+            by_status = pci.setdefault(node_id, {})
+            by_status[status] = by_status.get(status, 0) + count
+            for key, value in pci_device.tags_from_text(tags):
+                by_tag = pci_tags.setdefault(node_id, {})
+                by_tag[f"{key}={value}"] = by_tag.get(f"{key}={value}", 0) + count
         allocs = dict(session.execute(
             sa.select(models.Allocation.compute_node_id, sa.func.count())
             .where(models.Allocation.compute_node_id.in_(node_ids))
@@ -527,8 +533,8 @@ def _context(session: Session, node_ids: list[int], hosts: list[str]) -> dict[st
         sa.select(models.Service.host, models.Service.last_seen_up)
         .where(models.Service.binary == COMPUTE_BINARY,
                models.Service.host.in_(hosts))).tuples().all()) if hosts else {}
-    return {"aggregates": aggs, "zones": zones, "pci": pci, "allocations": allocs,
-            "seen": seen}
+    return {"aggregates": aggs, "zones": zones, "pci": pci, "pci_tags": pci_tags,
+            "allocations": allocs, "seen": seen}
 
 
 def _summary(node: models.ComputeNode, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -552,7 +558,9 @@ def _summary(node: models.ComputeNode, ctx: dict[str, Any]) -> dict[str, Any]:
         "aggregates": ctx["aggregates"].get(node.host, []),
         "numa_cells": len((_loads(node.numa_topology) or {}).get("cells", [])),
         "pci_devices": {"total": sum(pci.values()), "available": pci.get("available", 0),
-                        "by_status": dict(sorted(pci.items()))},
+                        "by_status": dict(sorted(pci.items())),
+                        # devices (of any status but removed) per tag, e.g. trusted=true
+                        "by_tag": dict(sorted(ctx["pci_tags"].get(node.id, {}).items()))},
         "allocations": ctx["allocations"].get(node.id, 0),
         "last_seen_up": seen.isoformat() if seen else None,
         "generation": node.generation,

@@ -27,6 +27,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 # JSON documents are stored as text: portable, and parsed only where needed.
 JsonText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+# PCI device tags: canonical JSON short enough to be indexed (pools GROUP BY them),
+# compared byte for byte on MySQL/MariaDB (their default collation would fold case
+# and put ``{"a":"X"}`` and ``{"a":"x"}`` in one pool).
+PCI_TAGS_LEN = 255
+PciTagsText = String(PCI_TAGS_LEN).with_variant(
+    mysql.VARCHAR(PCI_TAGS_LEN, charset="utf8mb4", collation="utf8mb4_bin"),
+    "mysql", "mariadb")
 
 
 def utcnow() -> datetime.datetime:
@@ -123,10 +130,10 @@ class PciDevice(TimestampMixin, Base):
                          name="uniq_pci_devices0compute_node_id0address"),
         # Serves the all-nodes pools GROUP BY (WHERE status = 'available').
         Index("pci_devices_pool_idx", "status", "compute_node_id", "vendor_id",
-              "product_id", "dev_type", "numa_node", "physical_network"),
+              "product_id", "dev_type", "numa_node", "physical_network", "tags"),
         # Serves the per-node pools GROUP BY and per-node device listings.
         Index("pci_devices_node_pool_idx", "compute_node_id", "status", "vendor_id",
-              "product_id", "dev_type", "numa_node", "physical_network"),
+              "product_id", "dev_type", "numa_node", "physical_network", "tags"),
         Index("pci_devices_instance_uuid_idx", "instance_uuid"),
     )
 
@@ -140,7 +147,7 @@ class PciDevice(TimestampMixin, Base):
     parent_addr: Mapped[str | None] = mapped_column(String(12))
     numa_node: Mapped[int | None] = mapped_column(Integer)
     physical_network: Mapped[str | None] = mapped_column(String(255))
-    tags: Mapped[str | None] = mapped_column(JsonText)
+    tags: Mapped[str | None] = mapped_column(PciTagsText)  # pci.device.tags_text
     status: Mapped[str] = mapped_column(String(16), nullable=False, default="available")
     instance_uuid: Mapped[str | None] = mapped_column(String(36))
     request_id: Mapped[str | None] = mapped_column(String(36))

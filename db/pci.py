@@ -35,6 +35,8 @@ from pci.device import (
     PciDevice,
     claim_plan,
     release_plan,
+    tags_from_text,
+    tags_text,
 )
 from pci.errors import PciClaimConflict
 from pci.pools import PciPool, PoolKey, pool_key_of
@@ -45,11 +47,14 @@ ClaimPick = tuple[str, PoolKey, int]  # (request_id, pool key, device count)
 
 _t = models.PciDevice.__table__
 _nodes = models.ComputeNode.__table__
+# The pool key (pci.pools.PoolKey), in the covering indexes' order.
 _POOL_COLUMNS = (_t.c.vendor_id, _t.c.product_id, _t.c.dev_type, _t.c.numa_node,
-                 _t.c.physical_network)
+                 _t.c.physical_network, _t.c.tags)
+_KEY_LEN = len(_POOL_COLUMNS)
 _DEVICE_COLUMNS = (_t.c.id, _t.c.address, _t.c.vendor_id, _t.c.product_id, _t.c.dev_type,
                    _t.c.parent_addr, _t.c.numa_node, _t.c.physical_network, _t.c.status,
-                   _t.c.instance_uuid, _t.c.request_id)
+                   _t.c.instance_uuid, _t.c.request_id, _t.c.tags)
+
 
 def _pools_query(per_node: bool):
     group = (_t.c.compute_node_id, *_POOL_COLUMNS)
@@ -96,10 +101,11 @@ def pools_for_nodes(conn: Conn, node_ids: Iterable[int] | None = None,
         values = tuple(row[1:])
         pool = shared.get(values)
         if pool is None:
-            key = keys.get(values[:5])
+            key = keys.get(values[:_KEY_LEN])
             if key is None:
-                key = keys[values[:5]] = PoolKey(*values[:5])
-            pool = shared[values] = PciPool(key, values[5])
+                key = keys[values[:_KEY_LEN]] = PoolKey(*values[:_KEY_LEN - 1],
+                                                        tags_from_text(values[_KEY_LEN - 1]))
+            pool = shared[values] = PciPool(key, values[_KEY_LEN])
         pools = result.get(row[0])
         if pools is None:
             pools = result[row[0]] = []
@@ -114,7 +120,7 @@ def _device(row) -> PciDevice:
                      dev_type=row.dev_type, parent_addr=row.parent_addr,
                      numa_node=row.numa_node, physical_network=row.physical_network,
                      status=row.status, instance_uuid=row.instance_uuid,
-                     request_id=row.request_id)
+                     request_id=row.request_id, tags=tags_from_text(row.tags))
 
 
 def _read_devices(conn: Conn, node_id: int, for_update: bool = False,
@@ -248,7 +254,7 @@ def _row_values(dev: PciDevice) -> dict:
             "dev_type": dev.dev_type, "parent_addr": dev.parent_addr,
             "numa_node": dev.numa_node, "physical_network": dev.physical_network,
             "status": dev.status, "instance_uuid": dev.instance_uuid,
-            "request_id": dev.request_id}
+            "request_id": dev.request_id, "tags": tags_text(dev.tags)}
 
 
 def report_devices(conn: Conn, node_id: int, devices: Sequence[PciDevice],

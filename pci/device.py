@@ -1,5 +1,11 @@
 """PCI devices of a compute node, and the parent/child (PF/VF) claim rules.
 
+A device may carry ``tags``: short string key/value pairs an operator sets in
+``[pci] device_spec`` (``trusted``, ``remote_managed``, any name of their own),
+which request specs match (``pci.request``). They are kept as a sorted tuple of
+pairs, stored as canonical JSON text (``tags_text``) so that pools can be a
+``GROUP BY`` over them.
+
 A physical function (``type-PF``) and its virtual functions (``type-VF``, linked
 by ``parent_addr``) share hardware: a guest that owns the PF owns every VF, and a
 PF cannot be handed out while one of its VFs is in a guest. The helpers here say
@@ -9,6 +15,9 @@ applies them in one transaction.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -35,6 +44,19 @@ _ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
 _HEX_ID_RE = re.compile(r"^[0-9a-f]{4}$")
 MAX_PHYSNET_LEN = 255
 
+Tags = tuple[tuple[str, str], ...]  # sorted (key, value) pairs
+# A tag name: a short identifier. The whole set, as canonical JSON text, must fit
+# the indexed ``pci_devices.tags`` column (``MAX_TAGS_TEXT`` characters).
+_TAG_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+MAX_TAG_KEY_LEN = 64
+MAX_TAG_VALUE_LEN = 255
+MAX_TAGS_TEXT = 255
+# Names that are device fields (or request spec keys for them), never tags.
+RESERVED_TAG_KEYS = frozenset({"address", "vendor_id", "product_id", "dev_type",
+                               "device_type", "parent_addr", "numa_node",
+                               "physical_network", "status", "tags", "instance_uuid",
+                               "request_id"})
+
 
 @dataclasses.dataclass(frozen=True)
 class PciDevice:
@@ -50,6 +72,7 @@ class PciDevice:
     status: str = AVAILABLE
     instance_uuid: str | None = None
     request_id: str | None = None
+    tags: Tags = ()
 
     @property
     def in_use(self) -> bool:
@@ -59,7 +82,7 @@ class PciDevice:
     def hardware(self) -> tuple:
         """The fields the host reports (everything but the claim state)."""
         return (self.vendor_id, self.product_id, self.dev_type, self.parent_addr,
-                self.numa_node, self.physical_network)
+                self.numa_node, self.physical_network, self.tags)
 
 
 def normalize_address(value: Any, field: str) -> str:
@@ -91,8 +114,69 @@ def normalize_physical_network(value: Any, field: str) -> str | None:
     return value
 
 
+def is_tag_key(key: Any) -> bool:
+    """Whether ``key`` may name a tag (a short identifier that is no device field)."""
+    return isinstance(key, str) and _TAG_KEY_RE.match(key) is not None \
+        and key not in RESERVED_TAG_KEYS
+
+
+def normalize_tag_key(key: Any, field: str) -> str:
+    if not is_tag_key(key):
+        if isinstance(key, str) and key in RESERVED_TAG_KEYS:
+            raise PciError(field, f"{key!r} is a device field, not a tag")
+        raise PciError(field, f"expected a tag name of 1 to {MAX_TAG_KEY_LEN} letters, "
+                              f"digits or '_.:-' (starting with a letter or digit), "
+                              f"got {key!r}")
+    return key
+
+
+def normalize_tag_value(value: Any, field: str) -> str:
+    """A tag value as text: a string (``true``/``false`` for booleans, numbers as
+    written) of 1 to ``MAX_TAG_VALUE_LEN`` printable characters."""
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    elif isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TAG_VALUE_LEN \
+            or not value.isprintable():
+        raise PciError(field, f"expected a tag value: a non-empty string of at most "
+                              f"{MAX_TAG_VALUE_LEN} printable characters, got {value!r}")
+    return value
+
+
+def tags_text(tags: Tags) -> str | None:
+    """The stored form: canonical JSON (sorted keys, no spaces), None when untagged."""
+    if not tags:
+        return None
+    return json.dumps(dict(tags), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def tags_from_text(text: str | None) -> Tags:
+    """Tags back from their stored form (a device row, a pool row)."""
+    if not text:
+        return ()
+    return tuple(sorted(json.loads(text).items()))
+
+
+def normalize_tags(value: Any, field: str) -> Tags:
+    """A tag mapping checked (errors name ``{field}.{key}``) as sorted pairs."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise PciError(field, f"expected a mapping of tag name to value, "
+                              f"got {type(value).__name__}")
+    tags = tuple(sorted((normalize_tag_key(k, f"{field}.{k}"),
+                         normalize_tag_value(v, f"{field}.{k}")) for k, v in value.items()))
+    text = tags_text(tags)
+    if text is not None and len(text) > MAX_TAGS_TEXT:
+        raise PciError(field, f"tags take {len(text)} characters as JSON; at most "
+                              f"{MAX_TAGS_TEXT}")
+    return tags
+
+
 _DEVICE_FIELDS = ("address", "vendor_id", "product_id", "dev_type", "parent_addr",
-                  "numa_node", "physical_network", "status")
+                  "numa_node", "physical_network", "status", "tags")
 
 
 def validate_device(data: Mapping[str, Any], field_prefix: str) -> PciDevice:
@@ -136,9 +220,10 @@ def validate_device(data: Mapping[str, Any], field_prefix: str) -> PciDevice:
     if status not in REPORTABLE_STATUSES:
         raise PciError(f"{field_prefix}.status",
                        f"expected one of {', '.join(REPORTABLE_STATUSES)}, got {status!r}")
+    tags = normalize_tags(data.get("tags"), f"{field_prefix}.tags")
     return PciDevice(address=address, vendor_id=vendor_id, product_id=product_id,
                      dev_type=dev_type, parent_addr=parent_addr, numa_node=numa_node,
-                     physical_network=physical_network, status=status)
+                     physical_network=physical_network, status=status, tags=tags)
 
 
 def _children(devices: Iterable[PciDevice]) -> dict[str, list[PciDevice]]:

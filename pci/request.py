@@ -4,6 +4,14 @@ An alias names a kind of device (``[pci] alias``, Nova-style JSON); a flavor ask
 for aliases with ``pci_passthrough:alias = "nic:2,gpu:1"``. Each request wants
 ``count`` devices, each matching at least one of its ``specs``; ``numa_policy``
 says how close to the instance's NUMA cells they must be (see ``pci.matching``).
+
+A spec key that is not a device field (``vendor_id``, ``product_id``,
+``dev_type``, ``physical_network``) names a device tag (``[pci] device_spec``):
+``{"vendor_id": "8086", "trusted": "true"}`` wants an Intel device tagged
+``trusted: true``. Tag values compare case-insensitively (``True`` = ``true``), and a
+device without the tag does not match. A device tagged ``remote_managed: true``
+(a SmartNIC port managed by its DPU) is handed out only to a spec that asks for
+``remote_managed: true``, as Nova keeps such devices from plain SR-IOV requests.
 """
 from __future__ import annotations
 
@@ -14,10 +22,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pci.device import (
+    RESERVED_TAG_KEYS,
     TYPE_PF,
+    is_tag_key,
     normalize_dev_type,
     normalize_hex_id,
     normalize_physical_network,
+    normalize_tags,
 )
 from pci.errors import PciError
 
@@ -29,17 +40,22 @@ NUMA_POLICIES = (POLICY_REQUIRED, POLICY_LEGACY, POLICY_PREFERRED, POLICY_SOCKET
 DEFAULT_NUMA_POLICY = POLICY_LEGACY
 
 EXTRA_SPEC_FIELD = "flavor.extra_specs.pci_passthrough:alias"
-# Keys a spec may constrain: the pool key fields other than the NUMA node.
+# Device fields a spec may constrain: the pool key fields other than the NUMA node
+# and the tags (any other spec key is a tag).
 SPEC_KEYS = ("vendor_id", "product_id", "dev_type", "physical_network")
+REMOTE_MANAGED_TAG = "remote_managed"
+_TRUE = frozenset({"true", "1", "yes", "on"})
 
 
 @dataclasses.dataclass(frozen=True)
 class PciRequest:
     """``count`` devices, each matching one of ``specs``.
 
-    A spec is a dict over ``SPEC_KEYS``; a missing key matches anything, except
-    that a spec without ``dev_type`` never matches a PF (a PF is handed out only
-    when asked for by type, so VFs and PFs of one product stay apart).
+    A spec is a dict over ``SPEC_KEYS`` and tag names; a missing key matches
+    anything, except that a spec without ``dev_type`` never matches a PF (a PF is
+    handed out only when asked for by type, so VFs and PFs of one product stay
+    apart) and one without ``remote_managed: true`` never matches a device with
+    that tag.
     """
 
     count: int
@@ -74,9 +90,7 @@ class PciRequest:
         memo = self.match_memo()
         hit = memo.get(key)
         if hit is None:
-            hit = memo[key] = any(
-                spec_matches(spec, key.vendor_id, key.product_id, key.dev_type,
-                             key.physical_network) for spec in self.specs)
+            hit = memo[key] = any(spec_matches(spec, key) for spec in self.specs)
         return hit
 
     def to_primitive(self) -> dict:
@@ -110,15 +124,21 @@ def _numa_policy(value: Any, field: str) -> str:
 
 
 def _spec(data: Any, field: str) -> dict:
-    """A normalized spec dict (``device_type`` accepted for ``dev_type``)."""
+    """A normalized spec dict (``device_type`` accepted for ``dev_type``); keys that
+    are no device field are tags, held to the device tags' rules."""
     if not isinstance(data, Mapping):
         raise PciError(field, f"expected a mapping, got {type(data).__name__}")
     spec: dict[str, str] = {}
+    tags = {}
     for key, value in data.items():
         name = "dev_type" if key == "device_type" else key
         if name not in SPEC_KEYS:
-            raise PciError(f"{field}.{key}",
-                           f"unknown key; expected one of {', '.join(SPEC_KEYS)}")
+            if isinstance(key, str) and key in RESERVED_TAG_KEYS:
+                raise PciError(f"{field}.{key}",
+                               f"cannot be matched; a spec matches "
+                               f"{', '.join(SPEC_KEYS)} or device tags")
+            tags[key] = value
+            continue
         if name in spec:
             raise PciError(f"{field}.{key}", "given twice (device_type and dev_type)")
         if name in ("vendor_id", "product_id"):
@@ -129,6 +149,7 @@ def _spec(data: Any, field: str) -> dict:
             physnet = normalize_physical_network(value, f"{field}.{key}")
             if physnet is not None:
                 spec[name] = physnet
+    spec.update(normalize_tags(tags, field))
     return spec
 
 
@@ -138,18 +159,17 @@ _ALIAS_KEYS = ("name", "vendor_id", "product_id", "device_type", "numa_policy")
 def _alias_entry(data: Any, field: str) -> Alias:
     if not isinstance(data, Mapping):
         raise PciError(field, f"expected a JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(_ALIAS_KEYS))
+    unknown = sorted(str(k) for k in data if k not in _ALIAS_KEYS and not is_tag_key(k))
     if unknown:
         raise PciError(f"{field}.{unknown[0]}",
-                       f"unknown key; expected one of {', '.join(_ALIAS_KEYS)}")
+                       f"unknown key; expected one of {', '.join(_ALIAS_KEYS)} or a tag name")
     name = data.get("name")
     if not isinstance(name, str) or not name.strip() or any(c in name for c in ",:"):
         raise PciError(f"{field}.name", f"expected a non-empty name without ',' or ':', "
                                         f"got {name!r}")
     if "vendor_id" not in data and "product_id" not in data:
         raise PciError(field, "an alias needs vendor_id and/or product_id")
-    spec = _spec({k: data[k] for k in ("vendor_id", "product_id", "device_type")
-                  if k in data}, field)
+    spec = _spec({k: v for k, v in data.items() if k not in ("name", "numa_policy")}, field)
     policy = _numa_policy(data.get("numa_policy", DEFAULT_NUMA_POLICY), f"{field}.numa_policy")
     return Alias(name=name.strip(), specs=(spec,), numa_policy=policy,
                  device_type=spec.get("dev_type"))
@@ -266,21 +286,34 @@ def requests_from_primitive(data: Any, field: str = "pci_requests") -> tuple[Pci
     return tuple(requests)
 
 
-def spec_matches(spec: Mapping[str, str], vendor_id: str, product_id: str, dev_type: str,
-                 physical_network: str | None) -> bool:
-    """Whether a device (or pool) with these values satisfies ``spec``."""
+def spec_matches(spec: Mapping[str, str], key: Any) -> bool:
+    """Whether a pool key (or device) satisfies ``spec``: its device fields, then its
+    tags; a ``remote_managed`` device only for a spec asking for one."""
     want = spec.get("dev_type")
     if want is None:
-        if dev_type == TYPE_PF:
+        if key.dev_type == TYPE_PF:
             return False
-    elif want != dev_type:
+    elif want != key.dev_type:
         return False
     v = spec.get("vendor_id")
-    if v is not None and v != vendor_id:
+    if v is not None and v != key.vendor_id:
         return False
     p = spec.get("product_id")
-    if p is not None and p != product_id:
+    if p is not None and p != key.product_id:
         return False
     n = spec.get("physical_network")
-    return n is None or n == physical_network
-
+    if n is not None and n != key.physical_network:
+        return False
+    have = getattr(key, "tag_values", None)
+    if have is None:
+        have = {k: value.casefold() for k, value in key.tags}
+    asked_remote = False
+    for name, value in spec.items():
+        if name in SPEC_KEYS:
+            continue
+        wanted = value.casefold()
+        if have.get(name) != wanted:
+            return False
+        if name == REMOTE_MANAGED_TAG:
+            asked_remote = wanted in _TRUE
+    return asked_remote or have.get(REMOTE_MANAGED_TAG) not in _TRUE

@@ -464,9 +464,12 @@ class SchedulerManager:
             plan = db_pci.report_devices(conn, self._node_id(conn, node), parsed)
         for warning in plan.warnings:
             LOG.warning("Host %s: %s", node, warning)
-        if dataclasses.is_dataclass(plan):
-            return _primitive(dataclasses.asdict(plan))
-        return _primitive(plan)
+        if not dataclasses.is_dataclass(plan):
+            return _primitive(plan)
+        reply = dataclasses.asdict(plan)
+        for device in (*reply["add"], *reply["update"]):
+            device["tags"] = dict(device["tags"])   # the report format's mapping
+        return _primitive(reply)
 
     @staticmethod
     def _node_id(conn, name: str) -> int:

@@ -17,7 +17,14 @@ from typing import Any
 
 from oslo_config import cfg
 
-from pci.device import TYPE_PCI, TYPE_PF, TYPE_VF, UNAVAILABLE, normalize_physical_network
+from pci.device import (
+    TYPE_PCI,
+    TYPE_PF,
+    TYPE_VF,
+    UNAVAILABLE,
+    normalize_physical_network,
+    normalize_tags,
+)
 from pci.errors import PciError
 from scheduler import exception
 from scheduler.agent.kernel import KernelTree
@@ -28,7 +35,9 @@ pci_agent_opts = [
                          "JSON: an object or a list of objects with vendor_id, product_id "
                          "and address (globs, e.g. \"0000:81:*\"), physical_network, and "
                          "any other key as a string tag, e.g. {\"vendor_id\": \"8086\", "
-                         "\"product_id\": \"154c\", \"physical_network\": \"physnet1\"}. "
+                         "\"product_id\": \"154c\", \"physical_network\": \"physnet1\", "
+                         "\"trusted\": \"true\"}. Tags are reported with the device and "
+                         "matched by PCI alias and request spec keys of the same name. "
                          "Repeat the option for several specs; the first that matches a "
                          "device wins. Devices no spec matches are not reported."),
 ]
@@ -63,7 +72,7 @@ def _spec(data: Any, field: str) -> DeviceSpec:
     if not isinstance(data, dict) or not data:
         raise exception.InvalidRequest(field=field, reason="expected a non-empty JSON object")
     values: dict[str, Any] = {}
-    tags = []
+    tags = {}
     for key, value in data.items():
         where = f"{field}.{key}"
         if key in ("vendor_id", "product_id"):
@@ -83,13 +92,11 @@ def _spec(data: Any, field: str) -> DeviceSpec:
             except PciError as e:
                 raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
         else:
-            if isinstance(value, bool):
-                value = "true" if value else "false"
-            if not isinstance(value, str | int | float) or not str(value).strip():
-                raise exception.InvalidRequest(field=where,
-                                               reason=f"expected a string tag, got {value!r}")
-            tags.append((key, str(value)))
-    return DeviceSpec(**values, tags=tuple(sorted(tags)))
+            tags[key] = value
+    try:
+        return DeviceSpec(**values, tags=normalize_tags(tags, field))
+    except PciError as e:
+        raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
 
 
 def parse_device_specs(values: list[str], field: str = "pci.device_spec") -> list[DeviceSpec]:
@@ -131,6 +138,8 @@ class PciFact:
                "product_id": self.product_id, "dev_type": self.dev_type,
                "parent_addr": self.parent_addr, "numa_node": self.numa_node,
                "physical_network": self.physical_network}
+        if self.tags:
+            out["tags"] = dict(self.tags)
         if self.status != "available":
             out["status"] = self.status
         return out

@@ -22,6 +22,7 @@ POOL_COLUMNS: list[common.Column] = [
     ("TYPE", "dev_type"),
     ("NUMA", "numa_node"),
     ("PHYSNET", "physical_network"),
+    ("TAGS", "tags"),
     ("FREE", "count"),
 ]
 
@@ -55,7 +56,7 @@ def list_pools(conn, host: str | None = None) -> list[dict]:
                          "vendor_id": pool.key.vendor_id, "product_id": pool.key.product_id,
                          "dev_type": pool.key.dev_type, "numa_node": pool.key.numa_node,
                          "physical_network": pool.key.physical_network,
-                         "count": pool.count})
+                         "tags": dict(pool.key.tags), "count": pool.count})
     rows.sort(key=lambda r: (r["host"], r["node"]))
     return rows
 

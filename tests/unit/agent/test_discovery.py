@@ -127,7 +127,7 @@ def test_two_socket_smt_report_with_pinning_and_sriov():
     assert report.pci_devices == [
         {"address": "0000:3b:00.0", "vendor_id": "10de", "product_id": "1eb8",
          "dev_type": "type-PCI", "parent_addr": None, "numa_node": 0,
-         "physical_network": None},
+         "physical_network": None, "tags": {"kind": "gpu", "trusted": "true"}},
         # No spec matches the PF, but its VFs need it listed: never handed out.
         {"address": "0000:81:00.0", "vendor_id": "8086", "product_id": "1572",
          "dev_type": "type-PF", "parent_addr": None, "numa_node": 1,
@@ -262,6 +262,9 @@ def test_cpu_sets_from_config_use_nova_syntax(conf_override):
     ('{"address": "00/81"}', "pci.device_spec[0].address"),
     ('{"physical_network": ""}', "pci.device_spec[0].physical_network"),
     ('[{"vendor_id": "8086"}, {"team": ["a"]}]', "pci.device_spec[0][1].team"),
+    ('{"vendor_id": "8086", "trusted": "yes\\u001b[2J"}', "pci.device_spec[0].trusted"),
+    ('{"vendor_id": "8086", "dev_type": "type-PF"}', "pci.device_spec[0].dev_type"),
+    ('{"vendor_id": "8086", "bad key": "x"}', "pci.device_spec[0].bad key"),
     ("[]", None), ("{}", "pci.device_spec[0]"),
 ])
 def test_bad_device_specs(spec, field):
@@ -293,3 +296,20 @@ def test_unreadable_roots_name_the_option(conf_override, tmp_path, option, field
     with pytest.raises(exception.InvalidRequest) as e:
         host.report_from_conf()
     assert e.value.field == field
+
+
+def test_device_spec_tags_are_reported_and_pass_berths_checks():
+    spec = ('{"vendor_id": "8086", "product_id": "154c", "address": "0000:81:02.[01]", '
+            '"physical_network": "physnet1", "trusted": true, "vlan": 100}')
+    report = host.build_report(fake_host.facts("two_socket_smt"),
+                               fake_host.settings(specs=[spec, VF_SPEC]))
+    tags = {d["address"]: d.get("tags") for d in report.pci_devices}
+    # The first matching spec wins: 02.2 gets the untagged VF_SPEC.
+    assert tags == {"0000:81:00.0": None,
+                    "0000:81:02.0": {"trusted": "true", "vlan": "100"},
+                    "0000:81:02.1": {"trusted": "true", "vlan": "100"},
+                    "0000:81:02.2": None}
+    from scheduler import fleet
+    parsed = fleet.parse_pci_devices(report.pci_devices)
+    assert [d.tags for d in parsed] == [(), (("trusted", "true"), ("vlan", "100")),
+                                        (("trusted", "true"), ("vlan", "100")), ()]

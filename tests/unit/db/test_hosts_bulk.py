@@ -190,3 +190,28 @@ def test_zone_check_by_name_or_over_every_zone_finds_the_same_conflict(sqlite_db
     data["aggregates"][1]["hosts"] = ["c0003", "c0005"]        # c0004 left out of az2
     do_import(sqlite_db, data)
     assert db_hosts.get_host(sqlite_db, "c0004")["availability_zone"] == "elsewhere"
+
+
+def test_bulk_import_stores_tags_and_a_retag_updates_only_that_host(sqlite_db):
+    from db import pci as db_pci
+
+    data = big_fleet(6)
+    data["hosts"][0]["pci_devices"][2]["tags"] = {"trusted": "true"}
+    do_import(sqlite_db, data)
+    node_id = node_row(sqlite_db, "c0000").id
+    with sqlite_db.reader() as s:
+        assert {d.address: d.tags for d in db_pci.devices_for_node(s, node_id)} == {
+            PF["address"]: (), vf(0)["address"]: (),
+            vf(1)["address"]: (("trusted", "true"),)}
+        pools = db_pci.pools_for_nodes(s, [node_id])[node_id]
+    assert [p.key.tags for p in pools if p.key.dev_type == "type-VF"] == [
+        (), (("trusted", "true"),)]
+    data["hosts"][0]["pci_devices"][2]["tags"] = {"trusted": "false"}
+    result = do_import(sqlite_db, data)
+    assert result.updated == ["c0000"] and set(result.pci) == {"c0000"}
+    assert [d.tags for d in result.pci["c0000"].update] == [(("trusted", "false"),)]
+    with sqlite_db.reader() as s:
+        stored = s.execute(sa.select(models.PciDevice.tags).where(
+            models.PciDevice.address == vf(1)["address"],
+            models.PciDevice.compute_node_id == node_id)).scalar_one()
+    assert stored == '{"trusted":"false"}'

@@ -1,6 +1,7 @@
 """PCI rows on SQLite and MariaDB: pools by GROUP BY, claims, races, release, reports."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 
@@ -10,7 +11,7 @@ import sqlalchemy as sa
 from db import models
 from db import pci as db_pci
 from pci.device import PciDevice
-from pci.errors import PciClaimConflict
+from pci.errors import PciClaimConflict, PciDoesNotFit
 from pci.matching import apply_requests
 from pci.pools import PciPool, PoolKey, pools_from_devices
 from pci.request import PciRequest
@@ -350,3 +351,102 @@ def test_concurrent_claim_and_release_keep_the_pf_rule(node):
             db_pci.release_devices(s, f"a{round_}")
             db_pci.release_devices(s, f"b{round_}")
     assert statuses(db, node_id)[PF0] == "available"
+
+
+TRUSTED = (("trusted", "true"),)
+
+
+def tagged_devices() -> list[PciDevice]:
+    """One PF with two VFs: 02.1 untagged, 02.2 tagged trusted."""
+    return [PciDevice(PF0, "8086", "1572", "type-PF", None, 0),
+            PciDevice("0000:81:02.1", "8086", "154c", "type-VF", PF0, 0, "physnet1"),
+            PciDevice("0000:81:02.2", "8086", "154c", "type-VF", PF0, 0, "physnet1",
+                      tags=TRUSTED)]
+
+
+class TestTags:
+    @pytest.fixture
+    def tagged(self, any_db):
+        node_id = add_node(any_db, "compute-t")
+        with any_db.writer() as s:
+            db_pci.report_devices(s, node_id, tagged_devices())
+        return any_db, node_id
+
+    def test_tags_are_stored_as_canonical_json_and_read_back(self, tagged):
+        db, node_id = tagged
+        with db.reader() as s:
+            assert db_pci.devices_for_node(s, node_id) == tagged_devices()
+            stored = dict(s.execute(sa.select(models.PciDevice.address, models.PciDevice.tags)
+                                    .where(models.PciDevice.compute_node_id == node_id)).all())
+        assert stored == {PF0: None, "0000:81:02.1": None,
+                          "0000:81:02.2": '{"trusted":"true"}'}
+
+    def test_tagged_and_untagged_devices_are_two_pools(self, tagged):
+        db, node_id = tagged
+        with db.reader_connection() as conn:
+            pools = db_pci.pools_for_nodes(conn, [node_id])[node_id]
+            assert db_pci.pools_for_nodes(conn)[node_id] == pools
+        with db.reader() as s:
+            assert pools == pools_from_devices(db_pci.devices_for_node(s, node_id))
+        assert [(p.key.dev_type, p.key.tags, p.count) for p in pools] == [
+            ("type-VF", (), 1), ("type-VF", TRUSTED, 1), ("type-PF", (), 1)]
+
+    def test_tag_case_is_kept_apart_by_the_group_by(self, any_db):
+        """MariaDB's default collation folds case: the column compares bytes."""
+        node_id = add_node(any_db, "compute-c")
+        devs = tagged_devices()
+        devs[1] = dataclasses.replace(devs[1], tags=(("trusted", "True"),))
+        with any_db.writer() as s:
+            db_pci.report_devices(s, node_id, devs)
+        with any_db.reader() as s:
+            pools = db_pci.pools_for_nodes(s, [node_id])[node_id]
+            claimed = db_pci.claim_devices(s, node_id, "i1",
+                                           [("r", p.key, 1) for p in pools
+                                            if p.key.dev_type == "type-VF"])
+        assert len(claimed) == 2
+
+    def test_a_tagged_pick_claims_the_tagged_device(self, tagged):
+        db, node_id = tagged
+        with db.reader() as s:
+            pools = db_pci.pools_for_nodes(s, [node_id])[node_id]
+        reqs = [PciRequest(1, ({"vendor_id": "8086", "trusted": "true"},), "t", "legacy", "r")]
+        _, picks = apply_requests(pools, reqs)
+        with db.writer() as s:
+            assert db_pci.claim_devices(s, node_id, "i1", [("r", k, n) for _, k, n in picks]) \
+                == ["0000:81:02.2"]
+        with db.reader() as s:
+            left = db_pci.pools_for_nodes(s, [node_id])[node_id]
+        assert [(p.key.tags, p.count) for p in left] == [((), 1)]
+        with pytest.raises(PciDoesNotFit):
+            apply_requests(left, reqs)
+
+    def test_a_tag_change_is_reported_and_kept_on_a_claimed_device(self, tagged):
+        db, node_id = tagged
+        with db.writer() as s:
+            db_pci.claim_devices(s, node_id, "i1", [("r", PoolKey("8086", "154c", "type-VF",
+                                                                  0, "physnet1", TRUSTED), 1)])
+        retagged = [dataclasses.replace(d, tags=(("trusted", "false"),)) for d in
+                    tagged_devices()]
+        with db.writer() as s:
+            plan = db_pci.report_devices(s, node_id, retagged)
+        assert {d.address for d in plan.update} == {PF0, "0000:81:02.1", "0000:81:02.2"}
+        with db.reader() as s:
+            devs = {d.address: d for d in db_pci.devices_for_node(s, node_id)}
+        assert devs["0000:81:02.2"].status == "claimed"
+        assert devs["0000:81:02.2"].tags == (("trusted", "false"),)
+
+    def test_the_covering_index_serves_the_group_by(self, tagged):
+        db, node_id = tagged
+        with db.reader_connection() as conn:
+            for stmt in (db_pci._POOLS, db_pci._POOLS_BY_NODE.params(ids=[node_id])):
+                sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True,
+                                                             "render_postcompile": True}))
+                if conn.dialect.name == "sqlite":
+                    plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(
+                        "EXPLAIN QUERY PLAN " + sql))
+                    assert "COVERING INDEX pci_devices_" in plan, plan
+                    assert "TEMP B-TREE" not in plan, plan
+                else:
+                    rows = conn.exec_driver_sql("EXPLAIN " + sql).mappings().all()
+                    assert all("Using index" in (r["Extra"] or "") for r in rows), rows
+                    assert all("temporary" not in (r["Extra"] or "") for r in rows), rows

@@ -143,3 +143,42 @@ class TestCascadeStatus:
     def test_fixes_inconsistent_states(self):
         devs = node(pf="available", vf1="claimed", vf2="unclaimable")
         assert d.cascade_status(devs) == {PF: "unclaimable", VF2: "available"}
+
+
+class TestTags:
+    BASE = {"address": "0000:81:02.1", "vendor_id": "8086", "product_id": "154c"}
+
+    def test_tags_are_sorted_pairs_and_canonical_json(self):
+        dev = validate_device({**self.BASE, "tags": {"trusted": True, "kind": "nic",
+                                                     "port": 2}}, "p")
+        assert dev.tags == (("kind", "nic"), ("port", "2"), ("trusted", "true"))
+        assert d.tags_text(dev.tags) == '{"kind":"nic","port":"2","trusted":"true"}'
+        assert d.tags_from_text(d.tags_text(dev.tags)) == dev.tags
+        assert d.tags_text(()) is None and d.tags_from_text(None) == ()
+
+    def test_untagged_and_tagged_devices_differ(self):
+        plain = validate_device(self.BASE, "p")
+        tagged = validate_device({**self.BASE, "tags": {"trusted": "true"}}, "p")
+        assert plain.tags == () and plain != tagged
+        assert plain.hardware() != tagged.hardware()
+
+    @pytest.mark.parametrize("tags, field, words", [
+        (["trusted"], "p.tags", "mapping of tag name"),
+        ({"bad key": "x"}, "p.tags.bad key", "tag name"),
+        ({"-x": "x"}, "p.tags.-x", "starting with a letter or digit"),
+        ({"k" * 65: "x"}, "p.tags." + "k" * 65, "tag name of 1 to 64"),
+        ({"vendor_id": "8086"}, "p.tags.vendor_id", "device field, not a tag"),
+        ({"physical_network": "p1"}, "p.tags.physical_network", "device field"),
+        ({"trusted": ""}, "p.tags.trusted", "non-empty string"),
+        ({"trusted": "yes\x1b[31m"}, "p.tags.trusted", "printable"),
+        ({"note": "a\nb"}, "p.tags.note", "printable"),
+        ({"trusted": None}, "p.tags.trusted", "tag value"),
+        ({"trusted": ["true"]}, "p.tags.trusted", "tag value"),
+        ({"note": "x" * 256}, "p.tags.note", "at most 255"),
+        ({f"k{i}": "v" * 20 for i in range(12)}, "p.tags", "at most 255"),
+    ])
+    def test_errors_name_the_tag(self, tags, field, words):
+        with pytest.raises(PciError) as exc:
+            validate_device({**self.BASE, "tags": tags}, "p")
+        assert exc.value.field == field
+        assert words in exc.value.reason

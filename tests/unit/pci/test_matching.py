@@ -244,3 +244,51 @@ def test_match_memo_is_invisible():
     assert supports_requests((vf(0, 1),), [a])
     assert a == b and a.to_primitive() == b.to_primitive() and "_match" not in repr(a)
     assert hash(vf(0, 1).key) == hash(PoolKey("8086", "154c", "type-VF", 0, None))
+
+
+def tagged_vf(numa, count, **tags):
+    return PciPool(PoolKey("8086", "154c", "type-VF", numa, "physnet1",
+                           tuple(sorted(tags.items()))), count)
+
+
+class TestTags:
+    TRUSTED = {**VF, "trusted": "true"}
+
+    def test_a_tag_in_the_spec_needs_the_tag_on_the_device(self):
+        plain, trusted = tagged_vf(0, 3), tagged_vf(0, 1, trusted="true")
+        assert fits((plain, trusted), [req(1, self.TRUSTED)])
+        assert not fits((plain,), [req(1, self.TRUSTED)])           # untagged: no
+        assert not fits((tagged_vf(0, 5, trusted="false"),), [req(1, self.TRUSTED)])
+        assert not fits((plain, trusted), [req(2, self.TRUSTED)])
+        assert explain((plain, trusted), [req(2, self.TRUSTED)]) == \
+            "alias nic: need 2 matching devices, 1 free"
+        _, picks = apply_requests((plain, trusted), [req(1, self.TRUSTED)])
+        assert picks == ((0, trusted.key, 1),)
+
+    def test_values_compare_case_insensitively(self):
+        assert fits((tagged_vf(0, 1, trusted="True"),), [req(1, self.TRUSTED)])
+        assert fits((tagged_vf(0, 1, trusted="true"),), [req(1, {**VF, "trusted": "TRUE"})])
+
+    def test_a_spec_without_tags_takes_tagged_devices_too(self):
+        assert fits((tagged_vf(0, 2, trusted="true", kind="nic"),), [req(2)])
+
+    def test_every_tag_of_the_spec_must_match(self):
+        pool = tagged_vf(0, 1, trusted="true", kind="nic")
+        assert fits((pool,), [req(1, {**self.TRUSTED, "kind": "nic"})])
+        assert not fits((pool,), [req(1, {**self.TRUSTED, "kind": "fpga"})])
+
+    def test_remote_managed_devices_only_when_asked(self):
+        smartnic = tagged_vf(0, 2, remote_managed="true")
+        assert not fits((smartnic,), [req(1)])
+        assert not fits((smartnic,), [req(1, {**VF, "remote_managed": "false"})])
+        assert fits((smartnic,), [req(1, {**VF, "remote_managed": "true"})])
+        # ... and a spec asking for them gets no plain device.
+        assert not fits((vf(0, 2),), [req(1, {**VF, "remote_managed": "true"})])
+        assert fits((tagged_vf(0, 1, remote_managed="false"),), [req(1)])
+
+    def test_tagged_and_untagged_requests_share_a_host(self):
+        pools = (tagged_vf(0, 1), tagged_vf(0, 1, trusted="true"))
+        _, picks = apply_requests(pools, [req(1, alias="any"), req(1, self.TRUSTED, alias="t")])
+        # The untagged request must leave the only trusted VF to the trusted one.
+        assert sorted((r, k.tags) for r, k, _ in picks) == [(0, ()),
+                                                            (1, (("trusted", "true"),))]

@@ -28,3 +28,19 @@ def test_sort_handles_none_and_is_stable_across_inputs():
     b = PciPool(PoolKey("8086", "154c", "type-VF", 0, None), 1)
     c = PciPool(PoolKey("8086", "154c", "type-VF", 0, "p1"), 1)
     assert sort_pools([c, b, a]) == sort_pools([a, c, b]) == (a, b, c)
+
+
+def test_tags_are_part_of_the_pool_key():
+    vf = ("8086", "154c", "type-VF", "0000:81:00.0", 0, "physnet1")
+    devs = [PciDevice("0000:81:02.1", *vf),
+            PciDevice("0000:81:02.2", *vf, tags=(("trusted", "true"),)),
+            PciDevice("0000:81:02.3", *vf, tags=(("trusted", "true"),)),
+            PciDevice("0000:81:02.4", *vf, tags=(("trusted", "True"),))]
+    plain = PoolKey("8086", "154c", "type-VF", 0, "physnet1")
+    trusted = PoolKey("8086", "154c", "type-VF", 0, "physnet1", (("trusted", "true"),))
+    upper = PoolKey("8086", "154c", "type-VF", 0, "physnet1", (("trusted", "True"),))
+    # Untagged first; tag values are kept as given (matching ignores their case).
+    assert pools_from_devices(devs) == (PciPool(plain, 1), PciPool(upper, 1),
+                                        PciPool(trusted, 2))
+    assert plain != trusted and hash(plain) != hash(trusted)
+    assert trusted.tag_values == upper.tag_values == {"trusted": "true"}

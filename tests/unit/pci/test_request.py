@@ -49,7 +49,12 @@ class TestParseAliases:
          "type-PCI"),
         ('{"name": "x", "vendor_id": "8086", "numa_policy": "strict"}',
          "pci.alias[1].numa_policy", "required, legacy, preferred, socket"),
-        ('{"name": "x", "vendor_id": "8086", "colour": 1}', "pci.alias[1].colour", "unknown key"),
+        ('{"name": "x", "vendor_id": "8086", "colour": [1]}', "pci.alias[1].colour",
+         "expected a tag value"),
+        ('{"name": "x", "vendor_id": "8086", "col our": "red"}', "pci.alias[1].col our",
+         "unknown key"),
+        ('{"name": "x", "vendor_id": "8086", "address": "0000:81:00.0"}',
+         "pci.alias[1].address", "unknown key"),
         ('[{"name": "x", "vendor_id": "8086"}, {"name": "y"}]', "pci.alias[1][1]",
          "vendor_id and/or"),
         ('{"name": "nic", "vendor_id": "8086", "numa_policy": "legacy"}', "pci.alias[1]",
@@ -136,3 +141,30 @@ class TestPrimitive:
         with pytest.raises(PciError) as exc:
             requests_from_primitive({"count": 1})
         assert exc.value.field == "pci_requests"
+
+
+class TestTagSpecs:
+    def test_non_field_keys_are_tags_in_requests(self):
+        (req,) = requests_from_primitive(
+            [{"count": 1, "spec": [{"vendor_id": "8086", "trusted": True, "kind": "nic"}]}])
+        assert req.specs == ({"vendor_id": "8086", "trusted": "true", "kind": "nic"},)
+        assert requests_from_primitive([req.to_primitive()]) == (req,)
+
+    def test_alias_with_a_tag(self):
+        alias = parse_aliases([json.dumps({"name": "tnic", "vendor_id": "8086",
+                                           "device_type": "type-VF", "trusted": "true"})])
+        assert alias["tnic"].specs == ({"vendor_id": "8086", "dev_type": "type-VF",
+                                        "trusted": "true"},)
+
+    @pytest.mark.parametrize("spec, field, words", [
+        ({"trusted": ""}, "pci_requests[0].spec[0].trusted", "non-empty"),
+        ({"trusted": "x\x07"}, "pci_requests[0].spec[0].trusted", "printable"),
+        ({"bad key": "x"}, "pci_requests[0].spec[0].bad key", "tag name"),
+        ({"address": "0000:81:00.0"}, "pci_requests[0].spec[0].address", "cannot be matched"),
+        ({f"k{i}": "v" * 30 for i in range(9)}, "pci_requests[0].spec[0]", "at most 255"),
+    ])
+    def test_tag_errors_name_the_field(self, spec, field, words):
+        with pytest.raises(PciError) as exc:
+            requests_from_primitive([{"count": 1, "spec": [spec]}])
+        assert exc.value.field == field
+        assert words in exc.value.reason

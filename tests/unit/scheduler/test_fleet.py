@@ -215,3 +215,23 @@ def test_compute_options_listed():
     names = {o.name for o in groups["compute"]}
     assert {"cpu_allocation_ratio", "ram_allocation_ratio",
             "disk_allocation_ratio"} <= names
+
+
+def test_pci_device_tags_parse():
+    data = good_fleet()
+    data["hosts"][0]["pci_devices"][1]["tags"] = {"trusted": True, "kind": "nic"}
+    h1 = fleet.load_fleet(data, DEFAULTS).hosts[0]
+    assert [d.tags for d in h1.pci_devices] == [(), (("kind", "nic"), ("trusted", "true"))]
+
+
+@pytest.mark.parametrize("tags, field, words", [
+    ({"trusted": ""}, "pci_devices[1].tags.trusted", "non-empty string"),
+    ({"trusted": "a\x00"}, "pci_devices[1].tags.trusted", "printable"),
+    ({"bad key": "1"}, "pci_devices[1].tags.bad key", "tag name"),
+    ({"dev_type": "type-PF"}, "pci_devices[1].tags.dev_type", "device field, not a tag"),
+    (["trusted"], "pci_devices[1].tags", "mapping"),
+])
+def test_bad_pci_tags_name_host_device_and_tag(tags, field, words):
+    err = _host_error(lambda d: d["hosts"][0]["pci_devices"][1].update(tags=tags))
+    assert str(err).startswith(f"hosts[0] (compute-001): {field}: "), str(err)
+    assert err.field == f"hosts[0].{field}" and words in err.reason

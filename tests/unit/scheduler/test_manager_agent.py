@@ -152,3 +152,51 @@ def test_a_claimed_device_is_never_dropped(manager, sqlite_db):
         rows = {d.address: d.status for d in session.scalars(sa.select(models.PciDevice))}
     assert rows == {PF["address"]: "unclaimable", taken: "claimed", free_vf: "removed"}
     assert manager.release({}, placed["instance_uuid"]) is True
+
+
+TRUSTED_ALIAS = ('{"name": "tvf", "vendor_id": "8086", "product_id": "154c", '
+                 '"device_type": "type-VF", "trusted": "true"}')
+
+
+def test_tagged_devices_are_stored_and_placed_only_for_the_tag(sqlite_db, conf):
+    conf.set_override("alias", [ALIAS, TRUSTED_ALIAS], group="pci")
+    manager = Direct(SchedulerManager(
+        sqlite_db, FilterScheduler(HostManager(sqlite_db, conf), conf), conf))
+    manager.report_compute_node({}, HOST)
+    plan = manager.report_pci_devices({}, "cn1", [PF, VF, dict(VF2, tags={"trusted": True})])
+    assert [d["tags"] for d in plan["add"]] == [{}, {}, {"trusted": "true"}]
+    with sqlite_db.reader() as session:
+        tags = dict(session.execute(sa.select(models.PciDevice.address,
+                                              models.PciDevice.tags)).all())
+    assert tags == {PF["address"]: None, VF["address"]: None,
+                    VF2["address"]: '{"trusted":"true"}'}
+    shown = manager.show_host({}, "cn1")["pci_devices"]
+    assert shown["by_tag"] == {"trusted=true": 1}
+    trusted = _place(manager, extra_specs={"pci_passthrough:alias": "tvf:1"})
+    assert trusted["pci_devices"] == [VF2["address"]]
+    # The only trusted VF is taken: a second trusted request finds none, while an
+    # untagged one still gets the plain VF.
+    with pytest.raises(exception.NoValidHost) as e:
+        _place(manager, extra_specs={"pci_passthrough:alias": "tvf:1"})
+    assert "alias tvf: need 1 matching device, 0 free" in str(e.value)
+    plain = _place(manager, extra_specs={"pci_passthrough:alias": "vf:1"})
+    assert plain["pci_devices"] == [VF["address"]]
+
+
+@pytest.mark.parametrize("devices, field", [
+    ([PF, dict(VF, tags={"trusted": "yes\x1b[2J"})], "devices[1].tags.trusted"),
+    ([PF, dict(VF, tags={"vendor_id": "8086"})], "devices[1].tags.vendor_id"),
+    ([PF, dict(VF, tags="trusted")], "devices[1].tags"),
+])
+def test_bad_tags_are_refused_naming_the_field(manager, devices, field):
+    manager.report_compute_node({}, HOST)
+    with pytest.raises(exception.InvalidRequest) as e:
+        manager.report_pci_devices({}, "cn1", devices)
+    assert e.value.field == field
+
+
+def test_bad_tags_in_a_node_report_name_the_field(manager):
+    with pytest.raises(exception.InvalidRequest) as e:
+        manager.report_compute_node({}, dict(HOST, pci_devices=[
+            PF, VF, VF2, dict(VF, address="0000:81:02.3", tags={"bad key": "x"})]))
+    assert e.value.field == "node.pci_devices[3].tags.bad key"

@@ -311,3 +311,22 @@ def test_aggregate_commands(cli):
     assert rc == 2 and "KEY=VALUE" in err
     rc, _out, err = cli("aggregate", "show", "nope")
     assert rc == 1 and "Aggregate nope not found" in err
+
+
+def test_pools_and_host_show_show_tags(cli):
+    data = copy.deepcopy(GOOD)
+    vf = data["hosts"][0]["pci_devices"][1]
+    data["hosts"][0]["pci_devices"].append(dict(vf, address="0000:81:02.1",
+                                                tags={"trusted": "true"}))
+    rc, _out, err = cli("host", "import", cli.write(data))
+    assert rc == 0, err
+    rc, out, _err = cli("pci", "pools", "--host", "compute-001")
+    lines = out.splitlines()
+    assert lines[0].split() == ["HOST", "NODE", "VENDOR", "PRODUCT", "TYPE", "NUMA",
+                                "PHYSNET", "TAGS", "FREE"]
+    assert [line.split()[-2:] for line in lines[1:]] == [["-", "1"], ["trusted=true", "1"],
+                                                        ["-", "1"]]
+    rc, out, _err = cli("pci", "pools", "--host", "compute-001", "--json")
+    assert [p["tags"] for p in json.loads(out)] == [{}, {"trusted": "true"}, {}]
+    rc, out, _err = cli("host", "show", "compute-001", "--json")
+    assert json.loads(out)["pci_devices"]["by_tag"] == {"trusted=true": 1}
