@@ -23,7 +23,7 @@ from db import errors as exception
 from db import models
 from db import pci as db_pci
 from db.api import Database, chunks, retry_on_deadlock
-from db.records import NUMA_CELL_LAYOUT_KEYS, Fleet, HostRecord
+from db.records import MEMPAGE_LAYOUT_KEYS, NUMA_CELL_LAYOUT_KEYS, Fleet, HostRecord
 from pci import device as pci_device
 from pci.report import ReportPlan, plan_report
 
@@ -37,7 +37,6 @@ _PLAIN_FIELDS = ("host", "vcpus", "memory_mb", "local_gb", "cpu_allocation_ratio
                  "reserved_host_disk_mb", "reserved_host_cpus", "hypervisor_type",
                  "hypervisor_version", "host_ip", "disabled", "disabled_reason")
 _JSON_FIELDS = ("cpu_info", "supported_instances", "numa_topology", "stats", "metrics")
-_MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total"})
 
 
 @dataclasses.dataclass
@@ -82,7 +81,7 @@ def _has_usage(value: Any) -> bool:
 
 def _cell_usage(cell: dict) -> dict:
     usage = {k: v for k, v in cell.items() if k not in NUMA_CELL_LAYOUT_KEYS}
-    pages = {p.get("size_kb"): {k: v for k, v in p.items() if k not in _MEMPAGE_LAYOUT_KEYS}
+    pages = {p.get("size_kb"): {k: v for k, v in p.items() if k not in MEMPAGE_LAYOUT_KEYS}
              for p in cell.get("mempages") or []}
     return {"cell": usage, "pages": {s: u for s, u in pages.items() if u}}
 
@@ -164,13 +163,14 @@ def capacity_shortfalls(node: models.ComputeNode, rec: HostRecord) -> list[str]:
         if (old.get("memory_usage") or 0) > cell["memory_mb"]:
             out.append(f"NUMA cell {cell['id']} memory_mb {cell['memory_mb']} < "
                        f"{old['memory_usage']} used")
-        used_pages = {p.get("size_kb"): (p.get("used") or 0) + (p.get("reserved") or 0)
-                      for p in old.get("mempages") or []}
+        used_pages = {p.get("size_kb"): p.get("used") or 0 for p in old.get("mempages") or []}
         for page in cell.get("mempages") or []:
             used = used_pages.get(page["size_kb"], 0)
-            if used > page["total"]:
+            reserved = page.get("reserved") or 0
+            if used + reserved > page["total"]:
+                held = f"{used} used" + (f" + {reserved} reserved" if reserved else "")
                 out.append(f"NUMA cell {cell['id']} {page['size_kb']} kB pages "
-                           f"{page['total']} < {used} used")
+                           f"{page['total']} < {held}")
     return out
 
 

@@ -10,6 +10,9 @@ from pci import device as pci_device
 # The NUMA cell keys of the fleet format; anything else stored in a cell is usage.
 NUMA_CELL_LAYOUT_KEYS = frozenset(
     {"id", "socket", "cpuset", "pcpuset", "siblings", "memory_mb", "mempages"})
+# The page keys of the fleet format: ``reserved`` pages are the host's (e.g.
+# ``[compute] reserved_huge_pages``), reported like the total; ``used`` is usage.
+MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total", "reserved"})
 
 
 @dataclasses.dataclass(frozen=True)

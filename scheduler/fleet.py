@@ -21,7 +21,13 @@ import yaml
 from oslo_config import cfg
 
 from db import limits
-from db.records import NUMA_CELL_LAYOUT_KEYS, AggregateRecord, Fleet, HostRecord
+from db.records import (
+    MEMPAGE_LAYOUT_KEYS,
+    NUMA_CELL_LAYOUT_KEYS,
+    AggregateRecord,
+    Fleet,
+    HostRecord,
+)
 from numa import errors as numa_errors
 from numa import topology as numa_topology
 from pci import device as pci_device
@@ -48,8 +54,6 @@ compute_opts = [
 cfg.CONF.register_opts(compute_opts, group="compute")
 
 LIST_OPTS = [("compute", compute_opts)]
-
-_MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total"})
 
 #: libyaml's safe loader when PyYAML was built with it (10-20x faster on a big
 #: fleet file), else the pure-Python one; never a loader that builds objects.
@@ -368,7 +372,7 @@ def _numa_topology(field: str, value: Any) -> dict | None:
         _unknown_keys(cf + ".", _mapping(cf, cell), NUMA_CELL_LAYOUT_KEYS)
         for j, page in enumerate(cell.get("mempages") or []):
             if isinstance(page, dict):
-                _unknown_keys(f"{cf}.mempages.{j}.", page, _MEMPAGE_LAYOUT_KEYS)
+                _unknown_keys(f"{cf}.mempages.{j}.", page, MEMPAGE_LAYOUT_KEYS)
     try:
         topology = numa_topology.HostTopology.from_primitive(value, field)
     except numa_errors.NumaError as e:
@@ -378,6 +382,10 @@ def _numa_topology(field: str, value: Any) -> dict | None:
             raise _Invalid(f"{field}.cells.{i}", "at least one CPU in cpuset or pcpuset")
         if cell.memory_mb <= 0:
             raise _Invalid(f"{field}.cells.{i}.memory_mb", "an integer > 0", cell.memory_mb)
+        for j, page in enumerate(cell.mempages):
+            if page.reserved > page.total:
+                raise _Invalid(f"{field}.cells.{i}.mempages.{j}.reserved",
+                               f"an integer between 0 and total ({page.total})", page.reserved)
     return topology.to_primitive()
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from oslo_config import cfg
 
@@ -65,6 +65,12 @@ compute_agent_opts = [
                help="Memory held back for the host (fleet reserved_host_memory_mb)."),
     cfg.IntOpt("reserved_host_disk_mb", default=0, min=0,
                help="Disk held back for the host (fleet reserved_host_disk_mb)."),
+    cfg.MultiStrOpt("reserved_huge_pages", default=[],
+                    help="Pages of one size on one NUMA node held back for the host "
+                         "(e.g. for DPDK), as Nova writes it: 'node:0,size:2048,count:64' "
+                         "(size in KiB, or 2MB, 1GB). Repeat the option per node and "
+                         "size. Reported as the cell's reserved pages: the scheduler "
+                         "never gives them to a guest."),
 ]
 
 cfg.CONF.register_opts(agent_opts, group="agent")
@@ -95,6 +101,9 @@ class Settings:
     reserved_host_cpus: int = 0
     reserved_host_memory_mb: int = 0
     reserved_host_disk_mb: int = 0
+    # (NUMA node, page size KiB) -> pages held back ([compute] reserved_huge_pages)
+    reserved_huge_pages: Mapping[tuple[int, int], int] = dataclasses.field(
+        default_factory=dict)
     cpu_allocation_ratio: float = 4.0
     ram_allocation_ratio: float = 1.0
     disk_allocation_ratio: float = 1.0
@@ -142,12 +151,18 @@ def settings_from_conf(conf: cfg.ConfigOpts = cfg.CONF) -> Settings:
         raise exception.InvalidRequest(
             field="compute.cpu_shared_set",
             reason=f"CPUs {both} are also in cpu_dedicated_set")
+    try:
+        reserved_pages = memory_mod.parse_reserved_huge_pages(
+            conf.compute.reserved_huge_pages)
+    except memory_mod.ReservedPagesError as e:
+        raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
     a = conf.agent
     return Settings(
         host=a.host, node=a.node or a.host, dedicated=dedicated, shared=shared,
         reserved_host_cpus=conf.compute.reserved_host_cpus,
         reserved_host_memory_mb=conf.compute.reserved_host_memory_mb,
         reserved_host_disk_mb=conf.compute.reserved_host_disk_mb,
+        reserved_huge_pages=reserved_pages,
         **fleet.compute_defaults(conf),
         device_specs=tuple(pci_mod.parse_device_specs(conf.pci.device_spec)),
         hypervisor_type=a.hypervisor_type, hypervisor_version=a.hypervisor_version,
@@ -189,8 +204,26 @@ def _guest_cpus(facts: HostFacts, s: Settings, warnings: list[str]
     return shared & online, dedicated & online
 
 
+def _reserve_pages(node: int, pages: list[dict], s: Settings, warnings: list[str]) -> None:
+    """Mark ``[compute] reserved_huge_pages`` of ``node`` on its page list."""
+    by_size = {p["size_kb"]: p for p in pages}
+    for (want_node, size_kb), count in sorted(s.reserved_huge_pages.items()):
+        if want_node != node or count == 0:
+            continue
+        page = by_size.get(size_kb)
+        if page is None:
+            warnings.append(f"[compute] reserved_huge_pages: NUMA node {node} has no "
+                            f"{size_kb} kB pages; nothing reserved")
+            continue
+        if count > page["total"]:
+            warnings.append(f"[compute] reserved_huge_pages: NUMA node {node} has "
+                            f"{page['total']} {size_kb} kB pages, fewer than the {count} "
+                            f"reserved; all of them are reserved")
+        page["reserved"] = min(count, page["total"])
+
+
 def _cells(facts: HostFacts, shared: frozenset[int], dedicated: frozenset[int],
-           page_size_kb: int, warnings: list[str]) -> list[dict]:
+           page_size_kb: int, settings: Settings, warnings: list[str]) -> list[dict]:
     by_id = {c.id: c for c in facts.cpus.cpus}
     cells = []
     for node, node_cpus in facts.cpus.nodes.items():
@@ -207,6 +240,7 @@ def _cells(facts: HostFacts, shared: frozenset[int], dedicated: frozenset[int],
         pages = [{"size_kb": page_size_kb, "total": max(0, small_total)}]
         pages += [{"size_kb": h.size_kb, "total": h.total} for h in mem.hugepages
                   if h.size_kb != page_size_kb]
+        _reserve_pages(node, pages, settings, warnings)
         cells.append({"id": node, "socket": min(sockets) if sockets else None,
                       "cpuset": sorted(node_cpus & shared),
                       "pcpuset": sorted(node_cpus & dedicated),
@@ -221,7 +255,12 @@ def build_report(facts: HostFacts, s: Settings, page_size_kb: int = 4) -> HostRe
     would refuse it (the message names the field)."""
     warnings: list[str] = []
     shared, dedicated = _guest_cpus(facts, s, warnings)
-    cells = _cells(facts, shared, dedicated, page_size_kb, warnings)
+    cells = _cells(facts, shared, dedicated, page_size_kb, s, warnings)
+    reported = {c["id"] for c in cells}
+    for node in sorted({n for (n, _), count in s.reserved_huge_pages.items() if count}
+                       - reported):
+        warnings.append(f"[compute] reserved_huge_pages: NUMA node {node} is not reported "
+                        f"as a cell; nothing reserved there")
     devices, pci_warnings = pci_mod.passthrough_devices(list(facts.pci), list(s.device_specs))
     warnings += pci_warnings
     model = facts.cpu_model

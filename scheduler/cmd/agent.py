@@ -44,6 +44,17 @@ def _cpus(cpus) -> str:
     return ",".join(out) or "-"
 
 
+def _pages(cell: int, page: dict, free: dict) -> str:
+    """``2048kB:1024(900 free, 64 reserved)``: total, then what the kernel and the
+    operator say about it."""
+    notes = []
+    if (cell, page["size_kb"]) in free:
+        notes.append(f"{free[(cell, page['size_kb'])]} free")
+    if page.get("reserved"):
+        notes.append(f"{page['reserved']} reserved")
+    return f"{page['size_kb']}kB:{page['total']}" + (f"({', '.join(notes)})" if notes else "")
+
+
 def print_report(report) -> None:
     """The report as an operator reads it: host lines, NUMA cells, PCI devices."""
     from scheduler.cmd import common
@@ -73,10 +84,8 @@ def print_report(report) -> None:
           "pcpuset": _cpus(c["pcpuset"]),
           "siblings": " ".join(_cpus(s) for s in c["siblings"]) or "-",
           "memory_mb": c["memory_mb"],
-          "pages": " ".join(f"{p['size_kb']}kB:{p['total']}"
-                            + (f"({free[(c['id'], p['size_kb'])]} free)"
-                               if (c["id"], p["size_kb"]) in free else "")
-                            for p in c["mempages"])} for c in cells],
+          "pages": " ".join(_pages(c["id"], p, free) for p in c["mempages"])}
+         for c in cells],
         [("CELL", "cell"), ("SOCKET", "socket"), ("CPUSET", "cpuset"),
          ("PCPUSET", "pcpuset"), ("SIBLINGS", "siblings"), ("MEMORY_MB", "memory_mb"),
          ("PAGES (size:total)", "pages")],

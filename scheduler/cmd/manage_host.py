@@ -121,8 +121,10 @@ _NUMA_COLUMNS: list[common.Column] = [
     ("CPUSET", "cpuset"),
     ("PCPUSET", "pcpuset"),
     ("MEMORY_MB", "memory_mb"),
-    ("HUGEPAGES", lambda c: ",".join(f"{_page_size(p['size_kb'])}x{p['total']}"
-                                     for p in c.get("mempages") or [] if p["size_kb"] != 4)),
+    ("HUGEPAGES", lambda c: ",".join(
+        f"{_page_size(p['size_kb'])}x{p['total']}"
+        + (f"({p['reserved']} reserved)" if p.get("reserved") else "")
+        for p in c.get("mempages") or [] if p["size_kb"] != 4)),
 ]
 
 

@@ -9,7 +9,7 @@ from oslo_config import cfg
 
 from db import hosts as db_hosts
 from db import models
-from scheduler import exception
+from scheduler import exception, fleet
 from scheduler.filter_scheduler import FilterScheduler
 from scheduler.host_manager import HostManager
 from scheduler.manager import SchedulerManager
@@ -200,3 +200,61 @@ def test_bad_tags_in_a_node_report_name_the_field(manager):
         manager.report_compute_node({}, dict(HOST, pci_devices=[
             PF, VF, VF2, dict(VF, address="0000:81:02.3", tags={"bad key": "x"})]))
     assert e.value.field == "node.pci_devices[3].tags.bad key"
+
+
+def _hugepage_host(reserved: int) -> dict:
+    return dict(HOST, numa_topology={"cells": [
+        {"id": 0, "cpuset": [0, 1, 2, 3, 4, 5, 6, 7], "memory_mb": 16384,
+         "mempages": [{"size_kb": 4, "total": 3145728},
+                      {"size_kb": 2048, "total": 512, "reserved": reserved}]}]})
+
+
+def _place_2m(manager, memory_mb):
+    flavor = {"vcpus": 1, "memory_mb": memory_mb, "root_gb": 10,
+              "extra_specs": {"hw:mem_page_size": "2MB"}}
+    return manager.select_destinations({}, {"flavor": flavor})[0][0]
+
+
+@pytest.fixture
+def numa_manager(sqlite_db, conf):
+    conf.set_override("enabled_filters", ["ComputeFilter", "RamFilter",
+                                          "NUMATopologyFilter"], group="filter_scheduler")
+    return Direct(SchedulerManager(
+        sqlite_db, FilterScheduler(HostManager(sqlite_db, conf), conf), conf))
+
+
+def _pages_2m(manager) -> dict:
+    cell = manager.show_host({}, "cn1")["numa_topology"]["cells"][0]
+    page = next(p for p in cell["mempages"] if p["size_kb"] == 2048)
+    return {k: page[k] for k in ("total", "used", "reserved")}
+
+
+def test_reserved_huge_pages_are_never_given_to_a_guest(numa_manager):
+    m = numa_manager
+    m.report_compute_node({}, _hugepage_host(reserved=400))
+    with pytest.raises(exception.NoValidHost) as e:
+        _place_2m(m, 512)                          # 256 pages, 112 free
+    assert "2048 KiB pages: need 256, 112 free" in str(e.value)
+    placed = _place_2m(m, 224)                     # all 112 free pages
+    assert _pages_2m(m) == {"total": 512, "used": 112, "reserved": 400}
+    with pytest.raises(exception.NoValidHost):
+        _place_2m(m, 2)
+    # A report that reserves fewer keeps the guest's pages and frees the rest.
+    m.report_compute_node({}, _hugepage_host(reserved=398))
+    assert _pages_2m(m) == {"total": 512, "used": 112, "reserved": 398}
+    _place_2m(m, 2)
+    with pytest.raises(exception.NoValidHost):
+        _place_2m(m, 4)
+    # Reserving pages a guest holds is capacity below usage: flagged, not hidden.
+    short = m.report_compute_node({}, _hugepage_host(reserved=450))
+    assert short["warnings"] == ["capacity below usage: NUMA cell 0 2048 kB pages 512 < "
+                                 "113 used + 450 reserved"]
+    assert short["disabled"] is True
+    assert m.release({}, placed["instance_uuid"]) is True
+
+
+def test_reserved_pages_above_the_total_are_refused():
+    with pytest.raises(exception.InvalidRequest) as e:
+        fleet.parse_host(_hugepage_host(reserved=513), where="node")
+    assert e.value.field == "node.numa_topology.cells.0.mempages.1.reserved"
+    assert "between 0 and total (512)" in e.value.reason
