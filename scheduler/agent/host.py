@@ -44,8 +44,18 @@ agent_opts = [
     cfg.StrOpt("hypervisor_type", default="QEMU",
                help="Hypervisor type reported (fleet 'hypervisor_type')."),
     cfg.IntOpt("hypervisor_version", min=0,
-               help="Hypervisor version reported, e.g. 8002000 for 8.2.0; unset: not "
-                    "reported."),
+               help="Hypervisor version reported when it cannot be detected (see "
+                    "detect_hypervisor_version), e.g. 8002000 for 8.2.0; unset: not "
+                    "reported then."),
+    cfg.BoolOpt("detect_hypervisor_version", default=True,
+                help="Report QEMU's version as the hypervisor version (major * 1000000 "
+                     "+ minor * 1000 + micro, as libvirt gives it to Nova), read from "
+                     "'<qemu_binary> --version' at every report; hypervisor_version is "
+                     "used when no QEMU binary is found or it prints no version."),
+    cfg.StrOpt("qemu_binary",
+               help="The QEMU binary whose version is reported (a path or a name on "
+                    "PATH). Unset: qemu-system-<arch>, qemu-kvm, /usr/libexec/qemu-kvm, "
+                    "the first that exists."),
     cfg.StrOpt("virt_type", default="kvm",
                help="Virtualization type in supported_instances ([arch, virt_type, "
                     "hvm]), read by ImagePropertiesFilter."),
@@ -88,6 +98,7 @@ class HostFacts:
     pci: tuple[pci_mod.PciFact, ...]
     cpu_model: platform_mod.CpuModel
     disk: platform_mod.DiskFacts
+    hypervisor: platform_mod.HypervisorVersion | None = None   # None: not detected
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +134,7 @@ class HostReport:
     warnings: list[str]
     facts: HostFacts
     devices: tuple[pci_mod.PciFact, ...]
+    hypervisor_version_source: str = "[agent] hypervisor_version"
 
     @property
     def host(self) -> str:
@@ -169,16 +181,30 @@ def settings_from_conf(conf: cfg.ConfigOpts = cfg.CONF) -> Settings:
         virt_type=a.virt_type, host_ip=a.host_ip)
 
 
-def discover(tree: KernelTree, instances_path: str,
-             statvfs: Callable | None = None) -> HostFacts:
+def discover(tree: KernelTree, instances_path: str, statvfs: Callable | None = None,
+             hypervisor: Callable[[str], platform_mod.HypervisorVersion] | None = None,
+             ) -> HostFacts:
     """Read everything the report needs from the kernel tree; ``KernelTreeError``
-    names the file that could not be read."""
+    names the file that could not be read. ``hypervisor(arch)`` detects the
+    hypervisor version (None: not detected, configuration decides)."""
     disk_args = {} if statvfs is None else {"statvfs": statvfs}
+    cpu_model = platform_mod.discover_cpu_model(tree)
     return HostFacts(cpus=cpus_mod.discover_cpus(tree),
                      memory=memory_mod.discover_memory(tree),
                      pci=tuple(pci_mod.scan_devices(tree)),
-                     cpu_model=platform_mod.discover_cpu_model(tree),
-                     disk=platform_mod.discover_disk(instances_path, **disk_args))
+                     cpu_model=cpu_model,
+                     disk=platform_mod.discover_disk(instances_path, **disk_args),
+                     hypervisor=None if hypervisor is None else hypervisor(cpu_model.arch))
+
+
+def hypervisor_probe(conf: cfg.ConfigOpts = cfg.CONF
+                     ) -> Callable[[str], platform_mod.HypervisorVersion] | None:
+    """The version detection ``[agent]`` asks for, or None when it is off."""
+    if not conf.agent.detect_hypervisor_version:
+        return None
+    binary = conf.agent.qemu_binary
+    return lambda arch: platform_mod.detect_hypervisor_version(
+        (binary,) if binary else platform_mod.qemu_candidates(arch))
 
 
 def _fmt(cpus) -> str:
@@ -263,6 +289,13 @@ def build_report(facts: HostFacts, s: Settings, page_size_kb: int = 4) -> HostRe
                         f"as a cell; nothing reserved there")
     devices, pci_warnings = pci_mod.passthrough_devices(list(facts.pci), list(s.device_specs))
     warnings += pci_warnings
+    version, version_source = s.hypervisor_version, "[agent] hypervisor_version"
+    detected = facts.hypervisor
+    if detected is not None and detected.version is not None:
+        version, version_source = detected.version, detected.source
+    elif detected is not None and detected.warning:
+        warnings.append(f"hypervisor version: {detected.warning}; using [agent] "
+                        f"hypervisor_version")
     model = facts.cpu_model
     sockets = max(1, len(facts.cpus.sockets()))
     threads = facts.cpus.threads_per_core()
@@ -282,7 +315,7 @@ def build_report(facts: HostFacts, s: Settings, page_size_kb: int = 4) -> HostRe
         "reserved_host_memory_mb": s.reserved_host_memory_mb,
         "reserved_host_disk_mb": s.reserved_host_disk_mb,
         "hypervisor_type": s.hypervisor_type,
-        "hypervisor_version": s.hypervisor_version,
+        "hypervisor_version": version,
         "cpu_info": cpu_info,
         "supported_instances": [[model.arch, s.virt_type, "hvm"]],
         "numa_topology": {"cells": cells} if cells else None,
@@ -292,7 +325,7 @@ def build_report(facts: HostFacts, s: Settings, page_size_kb: int = 4) -> HostRe
     pci_devices = [d.to_report() for d in devices]
     fleet.parse_host({**node, "pci_devices": pci_devices})
     return HostReport(node=node, pci_devices=pci_devices, warnings=warnings, facts=facts,
-                      devices=tuple(devices))
+                      devices=tuple(devices), hypervisor_version_source=version_source)
 
 
 def _option_for(message: str, conf: cfg.ConfigOpts) -> str:
@@ -309,7 +342,7 @@ def report_from_conf(conf: cfg.ConfigOpts = cfg.CONF, statvfs: Callable | None =
     settings = settings_from_conf(conf)
     tree = KernelTree(conf.agent.sysfs_root, conf.agent.procfs_root)
     try:
-        facts = discover(tree, conf.agent.instances_path, statvfs)
+        facts = discover(tree, conf.agent.instances_path, statvfs, hypervisor_probe(conf))
     except KernelTreeError as e:
         raise exception.InvalidRequest(field=_option_for(str(e), conf), reason=str(e)) from None
     return build_report(facts, settings, tree.page_size_kb)

@@ -73,7 +73,8 @@ def print_report(report) -> None:
     print(f"cpu {cpu['arch']} {cpu['vendor'] or '-'} {cpu['model'] or '-'}: "
           f"{topo['sockets']} socket(s) x {topo['cores']} core(s) x {topo['threads']} "
           f"thread(s), {len(cpu['features'])} flags")
-    print(f"hypervisor {node['hypervisor_type']} {node['hypervisor_version'] or '-'}; "
+    print(f"hypervisor {node['hypervisor_type']} {node['hypervisor_version'] or '-'} "
+          f"(from {report.hypervisor_version_source}); "
           f"supported {node['supported_instances']}")
     cells = (node.get("numa_topology") or {}).get("cells", [])
     free = {(n, h.size_kb): h.free for n, m in facts.memory.nodes.items()

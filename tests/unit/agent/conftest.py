@@ -22,3 +22,12 @@ def conf_override():
     yield set_
     for name, group in done:
         cfg.CONF.clear_override(name, group)
+
+
+@pytest.fixture(autouse=True)
+def no_hypervisor_probe():
+    """In-process reports never run this machine's QEMU (tests that detect the
+    version point ``qemu_binary`` at a fake one)."""
+    cfg.CONF.set_override("detect_hypervisor_version", False, "agent")
+    yield
+    cfg.CONF.clear_override("detect_hypervisor_version", "agent")

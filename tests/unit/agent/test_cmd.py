@@ -24,6 +24,9 @@ host = compute-7
 sysfs_root = {base}/sys
 procfs_root = {base}/proc
 instances_path = {tmp_path}
+# Tests never depend on this machine's QEMU.
+detect_hypervisor_version = false
+hypervisor_version = 7002000
 [compute]
 cpu_dedicated_set = 4-7,12-15
 cpu_shared_set = 0-3,8-11,^0,^8
@@ -49,7 +52,7 @@ def test_dry_run_json_is_the_report(tmp_path):
         fake_host.facts("two_socket_smt"),
         fake_host.settings("compute-7", dedicated=frozenset({4, 5, 6, 7, 12, 13, 14, 15}),
                            shared=frozenset({1, 2, 3, 9, 10, 11}),
-                           reserved_host_memory_mb=2048,
+                           reserved_host_memory_mb=2048, hypervisor_version=7002000,
                            specs=['{"vendor_id": "8086", "product_id": "154c", '
                                   '"physical_network": "physnet1"}']))
     assert data["node"] == dict(expected.node, local_gb=data["node"]["local_gb"])
@@ -63,6 +66,8 @@ def test_dry_run_table(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0] == "host compute-7  node compute-7  (dry run: nothing sent)"
     assert "vcpus 14 (online 0-15, offline -; reserved 0; ratio 4)" in lines
+    assert "hypervisor QEMU 7002000 (from [agent] hypervisor_version); " \
+           "supported [['x86_64', 'kvm', 'hvm']]" in lines
     cell1 = next(line for line in lines if line.startswith("1 "))
     assert cell1.split()[:5] == ["1", "1", "-", "4-7,12-15", "4,12"]
     assert "2048kB:512(512" in cell1
@@ -86,3 +91,32 @@ def test_once_without_a_broker_fails_cleanly(tmp_path):
     assert out.stderr.startswith("berth-agent: cannot reach the message broker at "
                                  "127.0.0.1:9"), out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _fake_qemu(tmp_path, output="QEMU emulator version 9.1.2 (Debian 1:9.1.2+ds-1)",
+               rc=0):
+    qemu = tmp_path / "qemu-system-x86_64"
+    qemu.write_text(f"#!/bin/sh\necho '{output}'\nexit {rc}\n")
+    qemu.chmod(0o755)
+    return qemu
+
+
+def test_dry_run_detects_qemus_version(tmp_path):
+    qemu = _fake_qemu(tmp_path)
+    out = _agent("--dry-run", "--config-file", _config(
+        tmp_path, extra=f"[agent]\ndetect_hypervisor_version = true\nqemu_binary = {qemu}\n"))
+    assert out.returncode == 0, out.stderr
+    assert f"hypervisor QEMU 9001002 (from {qemu} --version); " \
+           f"supported [['x86_64', 'kvm', 'hvm']]" in out.stdout.splitlines()
+
+
+def test_a_qemu_without_a_version_falls_back_to_the_option(tmp_path):
+    qemu = _fake_qemu(tmp_path, output="qemu: cannot open /dev/kvm", rc=1)
+    out = _agent("--dry-run", "--json", "--config-file", _config(
+        tmp_path, extra=f"[agent]\ndetect_hypervisor_version = true\nqemu_binary = {qemu}\n"))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["node"]["hypervisor_version"] == 7002000
+    assert data["warnings"] == [f"hypervisor version: {qemu} --version printed no version "
+                                f"(exit 1: qemu: cannot open /dev/kvm); using [agent] "
+                                f"hypervisor_version"]

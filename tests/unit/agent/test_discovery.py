@@ -1,6 +1,9 @@
 """Discovery over the fake kernel trees: exactly what each host has."""
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+
 import pytest
 
 from scheduler import exception
@@ -313,3 +316,49 @@ def test_device_spec_tags_are_reported_and_pass_berths_checks():
     parsed = fleet.parse_pci_devices(report.pci_devices)
     assert [d.tags for d in parsed] == [(), (("trusted", "true"), ("vlan", "100")),
                                         (("trusted", "true"), ("vlan", "100")), ()]
+
+
+@pytest.mark.parametrize("text, version", [
+    ("QEMU emulator version 8.2.2 (Debian 1:8.2.2+ds-0ubuntu1.4)\nCopyright (c) 2003-2023",
+     8002002),
+    ("QEMU emulator version 10.0.0", 10000000),
+    ("QEMU emulator version 6.2", 6002000),
+    ("qemu-kvm: unknown option", None), ("", None), ("version 1.1000.0", None),
+])
+def test_qemu_version_as_libvirt_gives_it(text, version):
+    assert platform.parse_qemu_version(text) == version
+
+
+def test_detection_takes_the_first_binary_that_exists():
+    calls = []
+
+    def run(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "QEMU emulator version 9.0.1\n", "")
+
+    found = platform.detect_hypervisor_version(
+        platform.qemu_candidates("aarch64"), run=run,
+        which=lambda name: "/usr/bin/qemu-kvm" if name == "qemu-kvm" else None)
+    assert found == platform.HypervisorVersion(9000001, "/usr/bin/qemu-kvm --version")
+    assert calls == [["/usr/bin/qemu-kvm", "--version"]]
+    none = platform.detect_hypervisor_version(["qemu-system-x86_64"], run=run,
+                                              which=lambda name: None)
+    assert none.version is None and none.warning is None
+
+    def hangs(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+    slow = platform.detect_hypervisor_version(["qemu"], run=hangs, which=lambda n: "/q")
+    assert slow.version is None and "timed out" in slow.warning
+
+
+def test_a_detected_version_wins_over_the_option():
+    facts = host.discover(fake_host.tree("small_no_numa"), "/instances",
+                          statvfs=lambda path: fake_host.FakeStatvfs,
+                          hypervisor=lambda arch: platform.HypervisorVersion(
+                              9002000, f"qemu-system-{arch} --version"))
+    report = host.build_report(facts, fake_host.settings("small", hypervisor_version=1))
+    assert report.node["hypervisor_version"] == 9002000
+    assert report.hypervisor_version_source == "qemu-system-x86_64 --version"
+    undetected = dataclasses.replace(facts, hypervisor=platform.HypervisorVersion(None, "x"))
+    assert host.build_report(undetected, fake_host.settings(
+        "small", hypervisor_version=1)).node["hypervisor_version"] == 1
