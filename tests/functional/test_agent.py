@@ -52,6 +52,7 @@ heartbeat_interval = 1
 rpc_timeout = 2
 backoff_initial = 0.2
 backoff_max = 1
+detect_hypervisor_version = false
 [compute]
 cpu_shared_set = 0-3,8-11
 cpu_dedicated_set = 4-7,12-15
@@ -295,6 +296,82 @@ def test_once_sends_one_report(tmp_path):
         host = daemon.api().show_host(None, "ft-agent")
         assert (host["vcpus"], host["memory_mb"]) == (4, 8167004 // 1024)
         assert json.dumps(host["numa_topology"]["cells"][0]["cpuset"]) == "[0, 1, 2, 3]"
+    finally:
+        daemon.stop()
+        daemon.close()
+
+
+TRUSTED_ALIAS = ('{"name": "tvf", "vendor_id": "8086", "product_id": "154c", '
+                 '"device_type": "type-VF", "trusted": "true"}')
+
+
+def test_tags_reserved_pages_and_version_reach_the_daemon(tmp_path):
+    """One ``--once`` report of a host whose device_spec tags one VF, that reserves
+    most of node 0's 2 MB pages and has a QEMU: the tagged VF goes only to a request
+    asking for the tag, the reserved pages to nobody."""
+    services.require_rabbitmq()
+    daemon = Daemon(tmp_path, fleet={"hosts": [{"host": "fc00", "vcpus": 4,
+                                                "memory_mb": 4096, "local_gb": 10}]},
+                    extra=f"[filter_scheduler]\nenabled_filters = ComputeFilter,RamFilter,"
+                          f"CoreFilter,NUMATopologyFilter,PciPassthroughFilter\n"
+                          f"[pci]\nalias = {ALIAS}\nalias = {TRUSTED_ALIAS}\n")
+    qemu = tmp_path / "qemu-system-x86_64"
+    qemu.write_text("#!/bin/sh\necho 'QEMU emulator version 9.1.2 (fake)'\n")
+    qemu.chmod(0o755)
+    try:
+        daemon.start()
+        tree = fake_host.copy_tree("two_socket_smt", str(tmp_path))
+        agent = Agent(tmp_path, daemon, tree, services.RABBIT_URL)
+        trusted = ('{"vendor_id": "8086", "product_id": "154c", "address": "0000:81:02.1", '
+                   '"physical_network": "physnet1", "trusted": true}')
+        agent.config.write_text(agent.config.read_text()
+                                .replace("device_spec = ", f"device_spec = {trusted}\n"
+                                                          f"device_spec = ")
+                                + f"[agent]\ndetect_hypervisor_version = true\n"
+                                  f"qemu_binary = {qemu}\n"
+                                  f"[compute]\nreserved_huge_pages = node:0,size:2MB,"
+                                  f"count:960\n")
+        out = subprocess.run([sys.executable, "-m", "scheduler.cmd.agent", "--once",
+                              "--config-file", str(agent.config)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        api = daemon.api(timeout=10)
+        host = api.show_host(None, "ft-agent")
+        assert host["hypervisor_version"] == 9001002
+        assert host["pci_devices"]["by_tag"] == {"trusted=true": 1}
+        page = next(p for p in host["numa_topology"]["cells"][0]["mempages"]
+                    if p["size_kb"] == 2048)
+        assert (page["total"], page["reserved"]) == (1024, 960)
+
+        def spec(alias):
+            return {"flavor": dict(VF_FLAVOR, extra_specs={"pci_passthrough:alias": alias})}
+        # The plain alias may take any VF; the tagged one only the trusted VF.
+        assert api.select_destinations(None, spec("vf:3"), dry_run=True)[0][0]["host"] \
+            == "ft-agent"
+        with pytest.raises(exception.NoValidHost) as e:
+            api.select_destinations(None, spec("tvf:2"), dry_run=True)
+        assert "alias tvf: need 2 matching devices, 1 free" in str(e.value)
+        placed = api.select_destinations(None, spec("tvf:1"))[0][0]
+        assert (placed["host"], placed["pci_devices"]) == ("ft-agent", ["0000:81:02.1"])
+        with pytest.raises(exception.NoValidHost):
+            api.select_destinations(None, spec("tvf:1"), dry_run=True)
+        assert api.select_destinations(None, spec("vf:2"), dry_run=True)[0][0]["host"] \
+            == "ft-agent"
+        assert api.release(None, placed["instance_uuid"]) is True
+
+        # 64 of node 0's 1024 2 MB pages are not reserved (node 1 has no shared CPUs):
+        # 128 pages do not fit, 64 do, and then not one more.
+        def pages_2m(memory_mb):
+            return {"flavor": {"vcpus": 1, "memory_mb": memory_mb, "root_gb": 1,
+                               "extra_specs": {"hw:mem_page_size": "2MB"}}}
+        with pytest.raises(exception.NoValidHost):
+            api.select_destinations(None, pages_2m(256), dry_run=True)
+        guest = api.select_destinations(None, pages_2m(128))[0][0]
+        assert guest["numa_cells"]["cells"][0]["pagesize_kb"] == 2048
+        with pytest.raises(exception.NoValidHost):
+            api.select_destinations(None, pages_2m(2), dry_run=True)
+        assert api.release(None, guest["instance_uuid"]) is True
+        daemon.assert_consistent()
     finally:
         daemon.stop()
         daemon.close()
