@@ -95,7 +95,9 @@ pci_opts = [
     cfg.MultiStrOpt("alias", default=[],
                     help="A PCI alias as JSON, e.g. {\"name\": \"nic\", \"vendor_id\": "
                          "\"8086\", \"product_id\": \"154c\", \"device_type\": \"type-VF\", "
-                         "\"numa_policy\": \"legacy\"}. Repeat the option for several "
+                         "\"numa_policy\": \"legacy\"}. Any other key names a device tag "
+                         "the device must carry ([pci] device_spec on the host), e.g. "
+                         "\"trusted\": \"true\". Repeat the option for several "
                          "aliases; flavors ask for them with pci_passthrough:alias."),
 ]
 
