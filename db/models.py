@@ -22,6 +22,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from pci.device import MAX_TAGS_TEXT
+
 # DATETIME with microseconds on MySQL/MariaDB: the changed-rows refresh compares
 # updated_at values and second granularity would hide close updates.
 Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -30,7 +32,7 @@ JsonText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
 # PCI device tags: canonical JSON short enough to be indexed (pools GROUP BY them),
 # compared byte for byte on MySQL/MariaDB (their default collation would fold case
 # and put ``{"a":"X"}`` and ``{"a":"x"}`` in one pool).
-PCI_TAGS_LEN = 255
+PCI_TAGS_LEN = MAX_TAGS_TEXT
 PciTagsText = String(PCI_TAGS_LEN).with_variant(
     mysql.VARCHAR(PCI_TAGS_LEN, charset="utf8mb4", collation="utf8mb4_bin"),
     "mysql", "mariadb")

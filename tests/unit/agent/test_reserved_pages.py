@@ -72,3 +72,15 @@ def test_a_page_size_the_node_lacks_is_a_warning():
     report = host.build_report(fake_host.facts("two_socket_smt"), s)
     assert report.warnings == ["[compute] reserved_huge_pages: NUMA node 0 has no 16384 kB "
                                "pages; nothing reserved"]
+
+
+def test_operators_see_the_reserved_pages():
+    from scheduler.cmd import agent, manage_host
+
+    page = {"size_kb": 2048, "total": 1024, "reserved": 64}
+    assert agent._pages(0, page, {(0, 2048): 1000}) == "2048kB:1024(1000 free, 64 reserved)"
+    assert agent._pages(0, dict(page, reserved=0), {}) == "2048kB:1024"
+    hugepages = dict(manage_host._NUMA_COLUMNS)["HUGEPAGES"]
+    assert hugepages({"mempages": [{"size_kb": 4, "total": 10}, page,
+                                   {"size_kb": 1048576, "total": 2}]}) == \
+        "2Mx1024(64 reserved),1Gx2"
