@@ -15,6 +15,7 @@ schedulers with stale caches can never break the policy either.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 
 import sqlalchemy as sa
@@ -63,6 +64,7 @@ class ClaimRecord:
     group_policy: str | None = None       # enforced when affinity or anti-affinity
     group_max_per_host: int = 1           # anti-affinity: members per host at most
     host: str = ""                        # the node's host name (group policies)
+    pending: bool = False                 # held until confirmed (or reaped after claim_ttl)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +174,7 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 "pci_devices": json.dumps(list(addresses)) if addresses else None,
                 "project_id": rec.project_id, "user_id": rec.user_id,
                 "instance_group": rec.instance_group, "request_spec_id": spec_id,
-                "created_at": params["b_now"]})
+                "pending": rec.pending, "created_at": params["b_now"]})
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
@@ -258,13 +260,20 @@ _DELETE_ALLOCATION = sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id")
 
 
 @retry_on_deadlock
-def release(db: Database, instance_uuid: str) -> Released | None:
-    """Free an instance's allocation (usage, NUMA, devices); None if it has none."""
+def release(db: Database, instance_uuid: str, *,
+            pending_before: datetime.datetime | None = None) -> Released | None:
+    """Free an instance's allocation (usage, NUMA, devices); None if it has none.
+
+    ``pending_before``: release it only if it is still pending and was made
+    before that time (the reaper: a confirm that wins the race keeps it)."""
     from db import pci as db_pci
 
     with db.hot_writer() as conn:
         alloc = conn.execute(_LOCK_ALLOCATION, {"b_uuid": instance_uuid}).mappings().first()
         if alloc is None:
+            return None
+        if pending_before is not None and not (
+                alloc["pending"] and alloc["created_at"] < pending_before):
             return None
         node = conn.execute(_LOCK_NODE, {"b_id": alloc["compute_node_id"]}).mappings().one()
         params = {"b_id": node["id"], "b_vcpus": alloc["vcpus"],
@@ -304,6 +313,48 @@ def _remove_numa_usage(host_json: str, fitted_json: str) -> str:
     host = HostTopology.from_primitive(json.loads(host_json))
     fitted = FittedTopology.from_primitive(json.loads(fitted_json))
     return json.dumps(usage.remove_usage(host, fitted).to_primitive(), sort_keys=True)
+
+
+_CONFIRM = (sa.update(_alloc)
+            .where(_alloc.c.instance_uuid.in_(sa.bindparam("b_uuids", expanding=True)),
+                   _alloc.c.pending == sa.true())
+            .values(pending=False))
+_HELD = sa.select(_alloc.c.instance_uuid).where(
+    _alloc.c.instance_uuid.in_(sa.bindparam("b_uuids", expanding=True)))
+
+
+@retry_on_deadlock
+def confirm(db: Database, instance_uuids) -> tuple[list[str], list[str]]:
+    """Mark the instances' allocations confirmed (idempotent): (the instances
+    that hold one, in the order given; those that hold none, e.g. reaped)."""
+    uuids = list(dict.fromkeys(instance_uuids))
+    if not uuids:
+        return [], []
+    with db.hot_writer() as conn:
+        conn.execute(_CONFIRM, {"b_uuids": uuids})
+        held = {row[0] for row in conn.execute(_HELD, {"b_uuids": uuids})}
+    return [u for u in uuids if u in held], [u for u in uuids if u not in held]
+
+
+_PENDING_BEFORE = (sa.select(_alloc.c.instance_uuid)
+                   .where(_alloc.c.pending == sa.true(),
+                          _alloc.c.created_at < sa.bindparam("b_before"))
+                   .order_by(_alloc.c.created_at).limit(sa.bindparam("b_limit")))
+_PENDING_COUNT = sa.select(sa.func.count()).select_from(_alloc).where(
+    _alloc.c.pending == sa.true())
+
+
+def pending_before(db: Database, before: datetime.datetime, limit: int = 500) -> list[str]:
+    """Instances whose allocation is still pending and was made before ``before``,
+    oldest first (served by allocations_pending_idx)."""
+    with db.reader_connection() as conn:
+        return [row[0] for row in conn.execute(_PENDING_BEFORE,
+                                               {"b_before": before, "b_limit": limit})]
+
+
+def pending_count(db: Database) -> int:
+    with db.reader_connection() as conn:
+        return conn.execute(_PENDING_COUNT).scalar_one()
 
 
 @retry_on_deadlock
@@ -355,3 +406,30 @@ def get_allocation(db: Database, instance_uuid: str) -> dict | None:
         if shared is not None:
             out["request_spec"] = shared
         return out
+
+
+def list_allocations(db: Database, *, pending: bool = False,
+                     older_than: float | None = None, host: str | None = None,
+                     now: datetime.datetime | None = None) -> list[dict]:
+    """Allocations with their host, oldest first, for operators: only the pending
+    ones (``pending``), only those made more than ``older_than`` seconds ago,
+    only on ``host`` (host or node name)."""
+    q = (sa.select(_alloc.c.instance_uuid, _cn.c.host, _cn.c.hypervisor_hostname.label("node"),
+                   _alloc.c.vcpus, _alloc.c.memory_mb, _alloc.c.disk_mb,
+                   _alloc.c.pci_devices, _alloc.c.project_id, _alloc.c.user_id,
+                   _alloc.c.instance_group, _alloc.c.pending, _alloc.c.created_at)
+         .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
+         .order_by(_alloc.c.created_at, _alloc.c.id))
+    if pending:
+        q = q.where(_alloc.c.pending == sa.true())
+    if older_than is not None:
+        now = now or models.utcnow()
+        q = q.where(_alloc.c.created_at < now - datetime.timedelta(seconds=older_than))
+    if host is not None:
+        q = q.where(sa.or_(_cn.c.host == host, _cn.c.hypervisor_hostname == host))
+    with db.reader_connection() as conn:
+        out = [dict(row) for row in conn.execute(q).mappings()]
+    for row in out:
+        row["pending"] = bool(row["pending"])
+        row["pci_devices"] = json.loads(row["pci_devices"]) if row["pci_devices"] else []
+    return out

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -208,6 +209,7 @@ class Allocation(Base):
     __table_args__ = (
         Index("allocations_compute_node_id_idx", "compute_node_id"),
         Index("allocations_instance_group_idx", "instance_group"),
+        Index("allocations_pending_idx", "pending", "created_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -228,6 +230,11 @@ class Allocation(Base):
     request_spec: Mapped[str | None] = mapped_column(JsonText)
     request_spec_id: Mapped[int | None] = mapped_column(
         ForeignKey("request_specs.id"), index=True)
+    # Held until the caller confirms it (``confirm``); a pending allocation older
+    # than ``[scheduler] claim_ttl`` is released by the reaper. Rows written
+    # without it (tools, older releases) count as confirmed.
+    pending: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
+                                          server_default=false())
     created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
                                                           nullable=False)
 
@@ -252,3 +259,14 @@ class ServerGroup(Base):
 
     uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
     generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class Lease(Base):
+    """A named lease held by one process until ``expires_at`` (leader election
+    through the database: e.g. the one claim reaper of a deployment)."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255), nullable=False)
+    expires_at: Mapped[datetime.datetime] = mapped_column(Timestamp, nullable=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from db.errors import BerthError, Conflict, InvalidRequest, NotFound, ServiceUnavailable
 
-__all__ = ["BerthError", "Conflict", "Forbidden", "InternalError", "InvalidRequest",
+__all__ = ["BerthError", "ClaimExpired", "Conflict", "Forbidden", "InternalError", "InvalidRequest",
            "NoValidHost", "NotFound", "PluginError", "RequestTimeout", "ServiceUnavailable"]
 
 
@@ -73,3 +73,17 @@ class Forbidden(BerthError):
     def __init__(self, message: str | None = None, *, rule: str = "") -> None:
         super().__init__(message, rule=rule)
         self.rule = rule
+
+
+class ClaimExpired(BerthError):
+    """Placements this client received are no longer held (their pending claims
+    were released, e.g. by the reaper after ``[scheduler] claim_ttl``): do not
+    build them; ask for new placements."""
+
+    msg_fmt = ("The scheduler no longer holds the placement of %(instance_uuids)s "
+               "(released before it was confirmed); select again")
+
+    def __init__(self, message: str | None = None, *,
+                 instance_uuids: list | None = None) -> None:
+        super().__init__(message, instance_uuids=list(instance_uuids or ()))
+        self.instance_uuids = list(instance_uuids or ())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import json
 import random
 import time
@@ -143,6 +144,10 @@ class _Request:
     #: The spec as stored with the allocations, and its row once the first claim wrote it.
     stored_spec: str | None = None
     spec_row_id: int | None = None
+    #: Claims are written pending: the caller confirms them (``pending``), or
+    #: this request does once all of its instances are placed (several
+    #: instances), so that claims a failed undo leaves behind are reaped.
+    pending: bool = False
 
     def check_deadline(self, index: int) -> None:
         """One clock read: raise RequestTimeout once the deadline has passed."""
@@ -223,12 +228,14 @@ class FilterScheduler:
 
     # -- the request ---------------------------------------------------------
     def select_destinations(self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None,
-                            return_alternates: bool = False, dry_run: bool = False
-                            ) -> list[list[Selection]]:
+                            return_alternates: bool = False, dry_run: bool = False,
+                            pending: bool = False) -> list[list[Selection]]:
         """Choose (and, unless ``dry_run``, claim) one host per instance.
 
         Returns one list per instance: the chosen host first, then up to
-        ``max_attempts - 1`` alternates when ``return_alternates``.
+        ``max_attempts - 1`` alternates when ``return_alternates``. With
+        ``pending`` the claims stay pending until ``confirm``; a pending claim
+        older than ``[scheduler] claim_ttl`` is released by the reaper.
         """
         timings = metrics.SelectTimings()
         timeout = self.conf.scheduler.request_timeout
@@ -247,7 +254,8 @@ class FilterScheduler:
         req = _Request(spec=spec, dry_run=dry_run, group=group, timings=timings,
                        cycle=cycles.Cycle(self.steps, self.weighers,
                                           self.host_manager.columns, keep),
-                       deadline=deadline, timeout=timeout)
+                       deadline=deadline, timeout=timeout,
+                       pending=pending or len(uuids) > 1)
         timings.hosts = req.cycle.cols.n
         outcome = "error"
         results: list[list[Selection]] = []
@@ -270,18 +278,20 @@ class FilterScheduler:
                                                   spec.image.properties)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
+            if claimed and req.pending and not pending:
+                claims.confirm(self.db, claimed)    # the whole request is placed
             outcome = "placed"
         except _AlreadyPlaced as e:
-            self._undo(claimed)
-            earlier = self._earlier_placements(spec, uuids) if not claimed else None
+            self._undo(claimed, req.pending)
+            earlier = self._earlier_placements(spec, uuids, pending) if not claimed else None
             if earlier is None:
                 outcome = "invalid request"
                 raise exception.InvalidRequest(
                     field="instance_uuids", reason=f"already allocated: {e}") from None
             outcome, results = "placed earlier", earlier
         except exception.NoValidHost as e:
-            self._undo(claimed)
-            earlier = self._earlier_placements(spec, uuids) if named else None
+            self._undo(claimed, req.pending)
+            earlier = self._earlier_placements(spec, uuids, pending) if named else None
             if earlier is None:
                 outcome = "no valid host"
                 LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
@@ -293,11 +303,11 @@ class FilterScheduler:
             LOG.warning("Request (%d instances) stopped at instance %d after %.1f s "
                         "([scheduler] request_timeout); releasing %d claims",
                         spec.num_instances, e.instance_index, timeout, len(claimed))
-            self._undo(claimed)
+            self._undo(claimed, req.pending)
             raise
         except BaseException as e:     # eventlet's Timeout and GreenletExit too
             outcome = f"failed ({type(e).__name__})"
-            self._undo(claimed)
+            self._undo(claimed, req.pending)
             raise
         finally:
             timings.placed = len(results) if outcome == "placed" else 0
@@ -309,21 +319,33 @@ class FilterScheduler:
         LOG.debug("select_destinations took %.2f ms", elapsed * 1000)
         return results
 
-    def release(self, instance_uuid: str) -> bool:
-        """Free the instance's allocation; False if it held none (idempotent)."""
-        released = claims.release(self.db, instance_uuid)
+    def release(self, instance_uuid: str, *,
+                pending_before: datetime.datetime | None = None) -> bool:
+        """Free the instance's allocation; False if it held none (idempotent).
+        ``pending_before``: only if it is still pending and older (the reaper)."""
+        released = claims.release(self.db, instance_uuid, pending_before=pending_before)
         if released is None:
             return False
         self.host_manager.note_released(instance_uuid)
         if not self.host_manager.apply_release(released):
             self.host_manager.refresh_nodes([released.node_id])
-        LOG.info("Released %s from %s", instance_uuid, released.host)
+        if pending_before is None:
+            LOG.info("Released %s from %s", instance_uuid, released.host)
+        else:
+            LOG.warning("Released %s from %s: its claim was not confirmed within "
+                        "[scheduler] claim_ttl", instance_uuid, released.host)
         return True
 
+    def confirm(self, instance_uuids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Confirm pending claims: (instances that hold one, those that hold none)."""
+        return claims.confirm(self.db, instance_uuids)
+
     def reschedule(self, instance_uuid: str, failed_host: str,
-                   return_alternates: bool = False) -> list[Selection]:
+                   return_alternates: bool = False, pending: bool = False
+                   ) -> list[Selection]:
         """The build on ``failed_host`` failed: release, count the failure on that
-        host and place the instance again elsewhere."""
+        host and place the instance again elsewhere (pending: as in
+        ``select_destinations``)."""
         alloc = claims.get_allocation(self.db, instance_uuid)
         if alloc is None:
             raise exception.NotFound(kind="Allocation", name=instance_uuid)
@@ -338,15 +360,17 @@ class FilterScheduler:
                 self.host_manager.refresh_nodes([hs.node_id])
         spec = spec.replace(num_instances=1, instance_uuids=(instance_uuid,),
                             ignore_hosts=tuple(spec.ignore_hosts) + (failed_host,))
-        return self.select_destinations(spec, [instance_uuid], return_alternates)[0]
+        return self.select_destinations(spec, [instance_uuid], return_alternates,
+                                        pending=pending)[0]
 
     # -- steps -------------------------------------------------------------
-    def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str]
+    def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str], pending: bool
                             ) -> list[list[Selection]] | None:
         """A retry of a request that was placed already (its reply was lost): when
         every instance holds an allocation made for this same request, those
         placements (weight 0, no alternates); None when none holds one. Any
-        other mix is refused, and nothing is claimed twice."""
+        other mix is refused, and nothing is claimed twice. Unless the caller
+        confirms (``pending``), the claims are confirmed now."""
         held = claims.allocations_for(self.db, uuids)
         if not held:
             return None
@@ -359,6 +383,8 @@ class FilterScheduler:
                                                reason=f"already allocated: {taken}")
         LOG.info("Request for %s was placed already (a retry): returning those placements",
                  ", ".join(uuids))
+        if not pending and any(held[uuid]["pending"] for uuid in uuids):
+            claims.confirm(self.db, uuids)
         return [[Selection(
             instance_uuid=uuid, host=held[uuid]["host"],
             node=held[uuid]["hypervisor_hostname"], node_uuid=held[uuid]["node_uuid"],
@@ -607,7 +633,7 @@ class FilterScheduler:
                 memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, numa_topology=numa_after,
                 numa_cells=numa_cells, pci_picks=picks, project_id=spec.project_id,
                 user_id=spec.user_id, instance_group=group, request_spec=stored_spec,
-                request_spec_id=req.spec_row_id,
+                request_spec_id=req.spec_row_id, pending=req.pending,
                 group_policy=policy, group_max_per_host=max_per_host, host=host.host))
             # The spec is stored by the request's first claim and shared by the
             # others: a 2 MB spec with 20 instances is stored once, not 20 times.
@@ -634,10 +660,19 @@ class FilterScheduler:
                                      allocation=allocation, alternate=True))
         return out
 
-    def _undo(self, claimed: list[str]) -> None:
+    def _undo(self, claimed: list[str], pending: bool) -> None:
+        """Give back a failed request's claims. Those of a request of several
+        instances are pending: what cannot be released now (the database went
+        away) the reaper releases after ``[scheduler] claim_ttl``."""
         for instance_uuid in claimed:
             try:
                 self.release(instance_uuid)
-            except Exception:      # keep undoing the others; log loudly
-                LOG.exception("Could not release %s while undoing a failed request",
-                              instance_uuid)
+            except Exception as e:      # keep undoing the others
+                if pending:
+                    LOG.warning("Could not release %s while undoing a failed request "
+                                "(%s); its claim is pending: the reaper releases it "
+                                "after [scheduler] claim_ttl", instance_uuid,
+                                type(e).__name__)
+                else:
+                    LOG.exception("Could not release %s while undoing a failed request",
+                                  instance_uuid)

@@ -33,7 +33,7 @@ from scheduler.rpc import ALLOWED_REMOTE_EXMODS, check_json
 
 LOG = logging.getLogger(__name__)
 
-RPC_API_VERSION = "1.0"
+RPC_API_VERSION = "1.1"
 
 MAX_NAME = 255          # host, node, aggregate names and metadata keys/values
 MAX_INSTANCES = 1000    # instance_uuids in one select_destinations
@@ -270,9 +270,10 @@ class UnknownMethods:
 class TopicEndpoint:
     """The manager's methods of one topic (``scheduler.rpc.COMPUTE_METHODS`` or
     ``ADMIN_METHODS``); the others are refused with InvalidRequest naming the
-    method, so broker permissions on the topics decide who may call what. (No
-    ``target`` of its own: oslo.messaging's default, version 1.0, and a call of
-    ``target`` reaches UnknownMethods.)"""
+    method, so broker permissions on the topics decide who may call what. A
+    call of ``target`` is refused like any unknown method."""
+
+    target = _Target(version=RPC_API_VERSION)
 
     def __init__(self, manager: SchedulerManager, methods: frozenset[str] | None,
                  topic: str) -> None:
@@ -322,11 +323,13 @@ class SchedulerManager:
     # -- placement --------------------------------------------------------------------
     @_expected
     def select_destinations(self, ctxt, request_spec, instance_uuids=None,
-                            return_alternates=False, dry_run=False) -> list[list[dict]]:
+                            return_alternates=False, dry_run=False,
+                            pending=False) -> list[list[dict]]:
         check_json(request_spec, "request_spec")
         uuids = self._instance_uuids(instance_uuids)
         return_alternates = _bool(return_alternates, "return_alternates")
         dry_run = _bool(dry_run, "dry_run")
+        pending = _bool(pending, "pending")
         parse = getattr(self.scheduler, "parse_request", RequestSpec.from_primitive)
         spec = parse(request_spec)
         if uuids is not None and spec.instance_uuids is None \
@@ -334,9 +337,10 @@ class SchedulerManager:
             raise exception.InvalidRequest(
                 field="instance_uuids",
                 reason=f"{len(uuids)} given for num_instances={spec.num_instances}")
+        kw = {"pending": True} if pending else {}
         result = self.scheduler.select_destinations(
             spec, instance_uuids=uuids, return_alternates=return_alternates,
-            dry_run=dry_run)
+            dry_run=dry_run, **kw)
         return [[s.to_primitive() for s in alternatives] for alternatives in result]
 
     @_expected
@@ -362,11 +366,31 @@ class SchedulerManager:
         return bool(self.scheduler.release(instance_uuid))
 
     @_expected
-    def reschedule(self, ctxt, instance_uuid, failed_host) -> list[dict]:
+    def confirm(self, ctxt, instance_uuids) -> dict:
+        """The caller holds these placements: their pending claims are kept
+        (idempotent). ``unknown``: instances that hold none (never placed,
+        released, or reaped after claim_ttl) — do not build them."""
+        uuids = self._instance_uuids(instance_uuids)
+        if not uuids:
+            raise exception.InvalidRequest(field="instance_uuids",
+                                           reason="expected at least one UUID")
+        if self.policy.enabled:     # once per project the instances belong to
+            held = claims.allocations_for(self.db, uuids)
+            mine = getattr(ctxt, "project_id", None)
+            for project in {held[u]["project_id"] if u in held else mine for u in uuids}:
+                self.policy.authorize(ctxt, "confirm", {"project_id": project})
+        confirmed, unknown = self.scheduler.confirm(uuids)
+        return {"confirmed": confirmed, "unknown": unknown}
+
+    @_expected
+    def reschedule(self, ctxt, instance_uuid, failed_host, pending=False) -> list[dict]:
         instance_uuid = _uuid(instance_uuid, "instance_uuid")
         failed_host = _name(failed_host, "failed_host")
+        pending = _bool(pending, "pending")
         self._authorize_instance(ctxt, "reschedule", instance_uuid)
-        return [s.to_primitive() for s in self.scheduler.reschedule(instance_uuid, failed_host)]
+        kw = {"pending": True} if pending else {}
+        return [s.to_primitive()
+                for s in self.scheduler.reschedule(instance_uuid, failed_host, **kw)]
 
     def _authorize_instance(self, ctxt, method: str, instance_uuid: str) -> None:
         """The policy check of a call on one instance, against its project. An

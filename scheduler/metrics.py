@@ -79,6 +79,11 @@ CLAIM_CONFLICTS = Counter("berth_claim_conflicts", "Claims the database refused:
 CLAIM_RETRIES = Counter("berth_claim_retries", "Claims tried again: conflict (the host "
                         "re-read and re-checked), group_changed (the instance placed "
                         "again with fresh group members).", ["reason"])
+CLAIMS_REAPED = Counter("berth_claims_reaped", "Pending claims released by the claim "
+                        "reaper: not confirmed within [scheduler] claim_ttl.")
+PENDING_CLAIMS = Gauge("berth_claims_pending", "Claims not confirmed yet, as the "
+                       "deployment's claim reaper last counted them (other workers "
+                       "report 0).", multiprocess_mode="livemax")
 DB_ERRORS_RETRIED = Counter("berth_db_errors_retried", "Deadlocks and lost database "
                             "connections met by a retried operation (the last try of one "
                             "that gave up included).", ["operation"])
@@ -256,6 +261,14 @@ def count_claim_conflict(kind: str) -> None:
 
 def count_claim_retry(reason: str) -> None:
     _child(CLAIM_RETRIES, reason).inc()
+
+
+def count_claim_reaped() -> None:
+    CLAIMS_REAPED.inc()
+
+
+def set_pending_claims(n: int) -> None:
+    PENDING_CLAIMS.set(n)
 
 
 def count_db_error_retried(operation: str) -> None:

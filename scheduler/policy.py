@@ -45,6 +45,8 @@ def _rule(method: str, check: str, description: str) -> policy.DocumentedRuleDef
 
 RULES = _BASE + [
     _rule("select_destinations", "", "Place instances (any caller on the compute topic)."),
+    _rule("confirm", "rule:admin_or_owner", "Keep an instance's pending claim (the "
+                                            "caller holds the placement)."),
     _rule("release", "rule:admin_or_owner", "Free an instance's allocation."),
     _rule("reschedule", "rule:admin_or_owner", "Place an instance again after a failed "
                                                "build."),

@@ -89,7 +89,8 @@ LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts)]
 
 #: Who calls what: the compute API places and frees instances; operators and host
 #: agents report hosts and edit aggregates. ``ping`` is served on both topics.
-COMPUTE_METHODS = frozenset({"select_destinations", "release", "reschedule", "ping"})
+COMPUTE_METHODS = frozenset({"select_destinations", "confirm", "release", "reschedule",
+                             "ping"})
 ADMIN_METHODS = frozenset({"report_compute_node", "report_pci_devices", "aggregate_create",
                            "aggregate_update", "aggregate_delete", "aggregate_add_host",
                            "aggregate_remove_host", "aggregate_set_metadata",

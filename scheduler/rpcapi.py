@@ -4,9 +4,11 @@ API versions:
 
 * 1.0 - select_destinations, release, reschedule, report_compute_node,
   report_pci_devices, aggregate_create/update/delete/add_host/remove_host/
-  set_metadata/list, list_hosts, show_host, ping; heartbeat (for berth-agent)
-  and capacity, added without a version bump while Berth is unreleased (an
-  older daemon answers them with NoSuchMethod).
+  set_metadata/list, list_hosts, show_host, ping.
+* 1.1 - heartbeat (berth-agent), capacity, confirm; ``pending`` on
+  select_destinations and reschedule (claims held until confirmed). With
+  ``[scheduler] rpc_version_cap = 1.0`` the client sends none of them and its
+  placements are confirmed at once, as a 1.0 daemon makes them.
 
 Errors raised by the daemon come back as the same ``scheduler.exception``
 types. Payloads are checked to be plain JSON here too, so a value that cannot
@@ -26,6 +28,7 @@ from scheduler import rpc
 LOG = logging.getLogger(__name__)
 
 _UNSET = object()
+CONFIRM_MODES = ("auto", "manual", "none")
 
 
 class SchedulerAPI:
@@ -38,7 +41,7 @@ class SchedulerAPI:
     (None: forever).
     """
 
-    VERSION = "1.0"
+    VERSION = "1.1"
 
     def __init__(self, conf: cfg.ConfigOpts = cfg.CONF, *,
                  transport: oslo_messaging.Transport | None = None,
@@ -67,26 +70,67 @@ class SchedulerAPI:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, ctxt, method: str, **kwargs: Any) -> Any:
+    def _call(self, ctxt, method: str, *, version: str = "1.0", **kwargs: Any) -> Any:
         rpc.check_json(kwargs, "arguments")
         client = self.client if method in rpc.COMPUTE_METHODS else self.admin_client
-        return client.prepare(version="1.0").call(ctxt or rpc.new_context(), method,
-                                                  **kwargs)
+        return client.prepare(version=version).call(ctxt or rpc.new_context(), method,
+                                                    **kwargs)
+
+    def _holds(self, confirm: str) -> bool:
+        """Whether placements are made pending (``confirm`` auto or manual, and the
+        daemon speaks 1.1)."""
+        if confirm not in CONFIRM_MODES:
+            from scheduler import exception
+
+            raise exception.InvalidRequest(field="confirm",
+                                           reason=f"expected one of {', '.join(CONFIRM_MODES)}")
+        return confirm != "none" and self.client.can_send_version("1.1")
+
+    def _confirmed(self, ctxt, placements: list, uuid_of) -> list:
+        """Confirm the placements just received (``confirm="auto"``); sent again
+        on a timeout like the select itself. Raises ClaimExpired when the
+        scheduler no longer holds one of them."""
+        uuids = [uuid_of(p) for p in placements]
+        if not uuids:
+            return placements
+        retries = self.conf.scheduler.select_retries
+        for attempt in range(retries + 1):
+            try:
+                answer = self.confirm(ctxt, uuids)
+                break
+            except oslo_messaging.MessagingTimeout:
+                if attempt == retries:
+                    raise
+                LOG.warning("confirm for %s timed out; sending it again (%d of %d)",
+                            uuids, attempt + 1, retries)
+        if answer.get("unknown"):
+            from scheduler import exception
+
+            raise exception.ClaimExpired(instance_uuids=list(answer["unknown"]))
+        return placements
 
     # -- placement --------------------------------------------------------------------
     def select_destinations(self, ctxt, request_spec: dict,
                             instance_uuids: list[str] | None = None,
                             return_alternates: bool = False,
-                            dry_run: bool = False) -> list[list[dict]]:
+                            dry_run: bool = False,
+                            confirm: str = "auto") -> list[list[dict]]:
         """One list per instance: the chosen host first, then the alternates.
 
         A call that times out is sent again ``[scheduler] select_retries`` times
         with the same instance UUIDs (picked here when none are given); the
         scheduler answers a retry of a placed request with its placements.
+
+        ``confirm``: ``auto`` (the claims are pending until this client has the
+        reply, then confirmed: a lost reply costs nothing after ``[scheduler]
+        claim_ttl``), ``manual`` (pending until the caller calls ``confirm``,
+        e.g. once the instance is built), ``none`` (held at once, as before).
         """
         rpc.check_json(request_spec, "request_spec")
         monitor = self.timeout or self.conf.rpc_response_timeout
-        cctxt = self.client.prepare(version="1.0",
+        kw: dict[str, Any] = {"pending": True} if not dry_run and self._holds(confirm) \
+            else {}
+        cctxt = self.client.prepare(version="1.1" if kw else "1.0",
                                     timeout=self.conf.scheduler.long_rpc_timeout,
                                     call_monitor_timeout=monitor)
         retries = 0 if dry_run else self.conf.scheduler.select_retries
@@ -98,9 +142,12 @@ class SchedulerAPI:
         ctxt = ctxt or rpc.new_context()
         for attempt in range(retries + 1):
             try:
-                return cctxt.call(ctxt, "select_destinations",
-                                  request_spec=request_spec, instance_uuids=instance_uuids,
-                                  return_alternates=return_alternates, dry_run=dry_run)
+                placements = cctxt.call(ctxt, "select_destinations",
+                                        request_spec=request_spec,
+                                        instance_uuids=instance_uuids,
+                                        return_alternates=return_alternates,
+                                        dry_run=dry_run, **kw)
+                break
             except oslo_messaging.MessagingTimeout:
                 if attempt == retries or not (instance_uuids or
                                               request_spec.get("instance_uuids")):
@@ -108,6 +155,9 @@ class SchedulerAPI:
                 LOG.warning("select_destinations for %s timed out; sending it again "
                             "(%d of %d)", instance_uuids or request_spec["instance_uuids"],
                             attempt + 1, retries)
+        if kw and confirm == "auto":
+            return self._confirmed(ctxt, placements, lambda p: p[0]["instance_uuid"])
+        return placements
 
     def capacity(self, ctxt, request_spec: dict | list, per_az: bool = False,
                  per_aggregate: bool = False) -> list[dict]:
@@ -118,18 +168,34 @@ class SchedulerAPI:
         """
         rpc.check_json(request_spec, "request_spec")
         monitor = self.timeout or self.conf.rpc_response_timeout
-        cctxt = self.client.prepare(version="1.0",
-                                    timeout=self.conf.scheduler.long_rpc_timeout,
-                                    call_monitor_timeout=monitor)
+        cctxt = self.admin_client.prepare(version="1.1",
+                                          timeout=self.conf.scheduler.long_rpc_timeout,
+                                          call_monitor_timeout=monitor)
         return cctxt.call(ctxt or rpc.new_context(), "capacity", request_spec=request_spec,
                           per_az=per_az, per_aggregate=per_aggregate)
+
+    def confirm(self, ctxt, instance_uuids: list[str]) -> dict:
+        """Keep these instances' pending claims: ``{"confirmed": [...], "unknown":
+        [...]}`` (unknown: the scheduler holds nothing for them — do not build)."""
+        return self._call(ctxt, "confirm", version="1.1", instance_uuids=list(instance_uuids))
 
     def release(self, ctxt, instance_uuid: str) -> bool:
         return self._call(ctxt, "release", instance_uuid=instance_uuid)
 
-    def reschedule(self, ctxt, instance_uuid: str, failed_host: str) -> list[dict]:
-        return self._call(ctxt, "reschedule", instance_uuid=instance_uuid,
-                          failed_host=failed_host)
+    def reschedule(self, ctxt, instance_uuid: str, failed_host: str,
+                   confirm: str = "auto") -> list[dict]:
+        """Release the failed build and place the instance again (``confirm`` as
+        in select_destinations)."""
+        ctxt = ctxt or rpc.new_context()
+        if not self._holds(confirm):
+            return self._call(ctxt, "reschedule", instance_uuid=instance_uuid,
+                              failed_host=failed_host)
+        placement = self._call(ctxt, "reschedule", version="1.1",
+                               instance_uuid=instance_uuid, failed_host=failed_host,
+                               pending=True)
+        if confirm == "auto":
+            self._confirmed(ctxt, [placement], lambda p: p[0]["instance_uuid"])
+        return placement
 
     # -- host reporting ---------------------------------------------------------------
     def report_compute_node(self, ctxt, node: dict) -> dict:
@@ -140,7 +206,7 @@ class SchedulerAPI:
 
     def heartbeat(self, ctxt, host: str) -> bool:
         """``host`` is up (berth-agent, between full reports)."""
-        return self._call(ctxt, "heartbeat", host=host)
+        return self._call(ctxt, "heartbeat", version="1.1", host=host)
 
     # -- aggregates -------------------------------------------------------------------
     def aggregate_create(self, ctxt, name: str, availability_zone: str | None = None,

@@ -136,6 +136,7 @@ class SchedulerService:
         self.server = None
         self._servers: list = []
         self.manager = None
+        self.reaper = None
 
     @property
     def host_manager(self):
@@ -175,6 +176,10 @@ class SchedulerService:
         self.server = self._servers[0]
         for server in self._servers:
             server.start()
+        from scheduler.reaper import ClaimReaper
+
+        self.reaper = ClaimReaper(self._db, self._scheduler, self.conf, self.worker)
+        self.reaper.start()
         LOG.info("Scheduler worker %d (pid %d) serving topic %r%s as %r with the %s backend",
                  self.worker, os.getpid(), topic,
                  f" (admin calls on {admin!r})" if admin else "", self.conf.host,
@@ -213,6 +218,9 @@ class SchedulerService:
         servers = self._servers or [self.server]
         for server in servers:
             server.stop()
+        if self.reaper is not None:
+            self.reaper.stop()
+            self.reaper = None
 
         def wait_all() -> None:
             for server in servers:

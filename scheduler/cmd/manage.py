@@ -1,5 +1,5 @@
 """``berth-manage``: operator commands (database, hosts, PCI, aggregates, NUMA, simulate,
-capacity).
+capacity, allocations).
 
 Exit status: 0 done, 1 failed (not found, conflict, database trouble), 2 invalid
 input (bad file, bad argument, bad configuration). Expected errors print one
@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cmd.manage_numa",
     "scheduler.cmd.manage_simulate",
     "scheduler.cmd.manage_capacity",
+    "scheduler.cmd.manage_allocations",
 )
 
 

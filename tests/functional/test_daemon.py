@@ -41,7 +41,7 @@ def test_ping_answers_from_every_worker(daemon):
     api = daemon.api()
     pids = {api.ping()["pid"] for _ in range(20)}
     info = api.ping()
-    assert info["backend"] == daemon.backend and info["version"] == "1.0"
+    assert info["backend"] == daemon.backend and info["version"] == "1.1"
     assert len(pids) == daemon.workers
 
 

@@ -139,7 +139,7 @@ def test_deeply_nested_message_does_not_stall_the_worker(daemon):
                                 content_type="application/json", declare=[exchange])
     time.sleep(1)
     t0 = time.monotonic()
-    assert daemon.api(timeout=10).ping()["version"] == "1.0"
+    assert daemon.api(timeout=10).ping()["version"] == "1.1"
     assert time.monotonic() - t0 < 10
     assert daemon.snapshot() == before
 

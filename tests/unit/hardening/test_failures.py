@@ -79,7 +79,7 @@ def test_unexpected_errors_become_internal_error_without_details(daemon, caplog)
     assert logged and ctxt.request_id in logged[0].getMessage()
     assert logged[0].exc_info is not None
     # and the worker goes on answering
-    assert daemon.ping()["version"] == "1.0"
+    assert daemon.ping()["version"] == "1.1"
 
 
 def test_select_still_works_after_a_fault(daemon):

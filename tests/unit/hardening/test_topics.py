@@ -37,7 +37,7 @@ def test_the_client_sends_each_call_to_its_topic(split):
     assert api.aggregate_create(None, "a1")["name"] == "a1"
     assert [h["host"] for h in api.list_hosts(None)] == [HOST["host"]]
     assert api.select_destinations(None, SPEC)[0][0]["host"] == "compute-001"
-    assert api.ping()["version"] == "1.0"
+    assert api.ping()["version"] == "1.1"
 
 
 @pytest.mark.parametrize("method, kwargs", [
@@ -65,7 +65,7 @@ def test_admin_topic_refuses_compute_calls(split, method, kwargs):
     with pytest.raises(exception.InvalidRequest) as caught:
         admin_only._call(None, method, **kwargs)
     assert caught.value.field == "method"
-    assert admin_only.ping()["version"] == "1.0"
+    assert admin_only.ping()["version"] == "1.1"
 
 
 def test_one_topic_when_admin_topic_is_unset(sqlite_db):

@@ -15,6 +15,7 @@ from scheduler.request_spec import RequestSpec
 SPEC = {"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 10}}
 HOST = {"host": "compute-001", "vcpus": 8, "memory_mb": 16384, "local_gb": 100}
 U1 = "11111111-1111-1111-1111-111111111111"
+U2 = "22222222-2222-2222-2222-222222222222"
 
 
 class FakeSelection:
@@ -35,8 +36,9 @@ class FakeScheduler:
         return RequestSpec.from_primitive(data)
 
     def select_destinations(self, spec, instance_uuids=None, return_alternates=False,
-                            dry_run=False):
+                            dry_run=False, pending=False):
         self.calls.append(("select", spec, instance_uuids, return_alternates, dry_run))
+        self.pending = pending
         if spec.vcpus > 64:
             raise exception.NoValidHost(reason="0/1 hosts available", summary={"hosts": 1})
         uuids = instance_uuids or [str(uuid.uuid4()) for _ in range(spec.num_instances)]
@@ -47,9 +49,16 @@ class FakeScheduler:
         self.calls.append(("release", instance_uuid))
         return instance_uuid == U1
 
-    def reschedule(self, instance_uuid, failed_host):
+    def reschedule(self, instance_uuid, failed_host, pending=False):
         self.calls.append(("reschedule", instance_uuid, failed_host))
+        self.pending = pending
         return [FakeSelection(instance_uuid, "compute-002")]
+
+    def confirm(self, instance_uuids):
+        """Every instance but U2 holds its placement."""
+        self.calls.append(("confirm", list(instance_uuids)))
+        return ([u for u in instance_uuids if u != U2],
+                [u for u in instance_uuids if u == U2])
 
 
 class Direct:
@@ -200,7 +209,7 @@ def test_aggregates(manager):
 
 def test_ping(manager):
     info = manager.ping({})
-    assert info["version"] == "1.0" and info["backend"] == "threading"
+    assert info["version"] == "1.1" and info["backend"] == "threading"
 
 
 def test_a_database_that_does_not_answer_is_a_typed_retryable_error(tmp_path, caplog):

@@ -47,7 +47,7 @@ def daemon(sqlite_db, request):
 
 def test_calls_reach_the_endpoint(daemon):
     _, api, scheduler = daemon
-    assert api.ping()["version"] == "1.0"
+    assert api.ping()["version"] == "1.1"
     result = api.select_destinations(None, SPEC, return_alternates=True)
     assert [s["host"] for s in result[0]] == ["compute-001", "compute-002"]
     host = api.report_compute_node(None, {"host": "h1", "vcpus": 4, "memory_mb": 4096,
@@ -102,7 +102,10 @@ def test_stop_drains_requests_in_flight(daemon):
     service, api, scheduler = daemon
     box = {}
     caller = threading.Thread(
-        target=lambda: box.setdefault("result", api.select_destinations(None, SPEC)))
+        # confirm="none": the confirm that follows the reply would find the
+        # only server stopped
+        target=lambda: box.setdefault("result", api.select_destinations(None, SPEC,
+                                                                         confirm="none")))
     caller.start()
     assert scheduler.entered.wait(10)
     stopper = threading.Thread(target=lambda: box.setdefault("drained", service.stop(10)))
@@ -119,7 +122,7 @@ def test_stop_drains_requests_in_flight(daemon):
 @pytest.mark.parametrize("daemon", [SlowScheduler], indirect=True)
 def test_stop_gives_up_after_the_timeout(daemon):
     service, api, scheduler = daemon
-    threading.Thread(target=lambda: api.select_destinations(None, SPEC),
+    threading.Thread(target=lambda: api.select_destinations(None, SPEC, confirm="none"),
                      daemon=True).start()
     assert scheduler.entered.wait(10)
     started = time.monotonic()

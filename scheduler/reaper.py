@@ -1,0 +1,127 @@
+"""The claim reaper: releases pending claims nobody confirmed in time.
+
+A claim made for a caller that confirms (``select_destinations(pending=True)``,
+what the client library does by default) stays *pending* until ``confirm``.
+One whose reply was lost (broker outage, client killed, worker killed after the
+commit) is never confirmed; nor are the claims a failed request of several
+instances could not give back (the database went away during its undo). The
+reaper releases every pending claim older than ``[scheduler] claim_ttl``, with a
+WARNING line per instance and ``berth_claims_reaped_total``.
+
+One reaper acts per deployment, whatever the number of workers and daemons:
+each worker tries to take the ``claim-reaper`` lease in the database every
+``reaper_interval`` seconds; the holder renews it and reaps, the others wait
+until it expires (three intervals after its holder stopped renewing it).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import threading
+import uuid as uuidlib
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from db import claims, leases
+from db.models import utcnow
+from scheduler import metrics
+
+LOG = logging.getLogger(__name__)
+
+LEASE = "claim-reaper"
+BATCH = 500         # pending claims released per round at most (the next round goes on)
+
+reaper_opts = [
+    cfg.IntOpt("claim_ttl", default=300, min=0,
+               help="Seconds a pending claim (one the caller has not confirmed yet) is "
+                    "held before the reaper releases it. Keep it well above "
+                    "request_timeout and the callers' confirm delay. 0: never release "
+                    "pending claims (no reaper)."),
+    cfg.FloatOpt("reaper_interval", default=30.0, min=0.1,
+                 help="Seconds between two rounds of the claim reaper (and between "
+                      "two tries of a worker to become the deployment's reaper; the "
+                      "lease lasts three intervals)."),
+]
+cfg.CONF.register_opts(reaper_opts, group="scheduler")
+LIST_OPTS = [("scheduler", reaper_opts)]
+
+
+def holder_name(worker: int = 0) -> str:
+    """Who holds the lease: host, pid, worker and a random part (a restarted
+    process with a reused pid is someone else)."""
+    return f"{socket.gethostname()}:{os.getpid()}:w{worker}:{uuidlib.uuid4().hex[:8]}"
+
+
+class ClaimReaper:
+    """One worker's candidate reaper; ``run_once`` is one round, ``start`` runs
+    rounds in a thread (a green thread under eventlet)."""
+
+    def __init__(self, db, scheduler, conf: cfg.ConfigOpts = cfg.CONF,
+                 worker: int = 0) -> None:
+        self.db = db
+        self.scheduler = scheduler
+        self.conf = conf
+        self.holder = holder_name(worker)
+        self.leader = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def ttl(self) -> int:
+        return self.conf.scheduler.claim_ttl
+
+    def run_once(self, now: datetime.datetime | None = None) -> int:
+        """Take or renew the lease, then release the expired pending claims;
+        returns how many were released (0 when another process is the reaper)."""
+        if self.ttl <= 0:
+            return 0
+        now = now or utcnow()
+        interval = self.conf.scheduler.reaper_interval
+        was_leader = self.leader
+        self.leader = leases.acquire(self.db, LEASE, self.holder, 3 * interval, now=now)
+        if self.leader != was_leader:
+            LOG.info("Claim reaper %s: %s", self.holder,
+                     "this worker reaps now" if self.leader else "another worker reaps now")
+        if not self.leader:
+            metrics.set_pending_claims(0)
+            return 0
+        cutoff = now - datetime.timedelta(seconds=self.ttl)
+        released = 0
+        for instance_uuid in claims.pending_before(self.db, cutoff, BATCH):
+            if self.scheduler.release(instance_uuid, pending_before=cutoff):
+                released += 1
+                metrics.count_claim_reaped()
+        metrics.set_pending_claims(claims.pending_count(self.db))
+        return released
+
+    def start(self) -> None:
+        if self.ttl <= 0:
+            LOG.info("Claim reaper off ([scheduler] claim_ttl = 0): pending claims are "
+                     "kept until confirmed or released")
+            return
+        self._thread = threading.Thread(target=self._run, name="claim-reaper", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.conf.scheduler.reaper_interval):
+            try:
+                self.run_once()
+            except Exception as e:      # the database away: try again next round
+                self.leader = False
+                LOG.warning("Claim reaper round failed (%s: %s); trying again in %.0f s",
+                            type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "",
+                            self.conf.scheduler.reaper_interval)
+
+    def stop(self) -> None:
+        """Stop the rounds; a leader gives the lease up so another takes over."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        if self.leader:
+            try:
+                leases.give_up(self.db, LEASE, self.holder)
+            except Exception:
+                pass        # it expires on its own
+            self.leader = False
