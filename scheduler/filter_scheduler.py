@@ -70,6 +70,15 @@ filter_scheduler_opts = [
     cfg.BoolOpt("shuffle_best_same_weighed_hosts", default=False,
                 help="Shuffle the hosts that share the best weight before picking, so "
                      "identical hosts are used evenly."),
+    cfg.FloatOpt("near_best_spread", default=None, min=0.0,
+                 help="Pick the host at random among the candidates whose weight is "
+                      "within this much of the best (at most %d of them), so that "
+                      "concurrent workers and schedulers seldom claim the same host "
+                      "at once (fewer claim conflicts) at a small cost in packing. "
+                      "A weight is a sum of weigher values normalised to 0..1 times "
+                      "their multipliers: 0.01 is 1%% of one weigher's range. Unset: "
+                      "0.01 when [DEFAULT] workers is above 1, else 0. 0: always the "
+                      "best host first (deterministic)." % 16),
 ]
 scheduler_opts = [
     cfg.IntOpt("max_attempts", default=3, min=1,
@@ -120,6 +129,10 @@ def load_weighers(names: Sequence[str], conf) -> list:
 
 #: The clock of request deadlines (a module attribute so tests can drive it).
 _clock = time.perf_counter
+
+
+#: Near-best hosts one pick chooses among at most ([filter_scheduler] near_best_spread).
+NEAR_BEST_MAX = 16
 
 
 class _GroupChanged(Exception):
@@ -479,11 +492,33 @@ class FilterScheduler:
                                                        .most_common())})
         return exception.NoValidHost(reason=Explanation.text(summary), summary=summary)
 
+    def _spread(self) -> float:
+        spread = self.conf.filter_scheduler.near_best_spread
+        if spread is None:
+            try:
+                workers = self.conf.scheduler.workers
+            except cfg.NoSuchOptError:      # embedded: no daemon options registered
+                workers = 1
+            return 0.01 if workers > 1 else 0.0
+        return spread
+
     def _pick_order(self, weighed: list[tuple[float, HostState]]) -> list[int]:
         """Indexes into ``weighed`` in the order to try them."""
         n = len(weighed)
         order = list(range(n))
         fs = self.conf.filter_scheduler
+        spread = self._spread()
+        if spread > 0 and n > 1:
+            # Concurrent schedulers with the same view would all take the best
+            # host and all but one lose the claim: start from a random one of
+            # the near-best instead (the rest keep their order).
+            floor = weighed[0][0] - spread
+            near = 1
+            while near < min(n, NEAR_BEST_MAX) and weighed[near][0] >= floor:
+                near += 1
+            if near > 1:
+                order.insert(0, order.pop(self._rng.randrange(near)))
+                return order
         if fs.shuffle_best_same_weighed_hosts and n > 1:
             best = weighed[0][0]
             same = 1

@@ -156,6 +156,13 @@ amqp_auto_delete = true
                                           models.Allocation.compute_node_id))
             return {u: n for u, n in rows}
 
+    def pending(self) -> set[str]:
+        """Instances whose claim is pending (not confirmed yet)."""
+        with self.db.reader_connection() as conn:
+            return {u for (u,) in conn.execute(
+                sa.select(models.Allocation.instance_uuid)
+                .where(models.Allocation.pending == sa.true()))}
+
     def usage(self) -> dict[str, tuple]:
         with self.db.reader_connection() as conn:
             return {r.host: (r.vcpus_used, r.memory_mb_used, r.disk_mb_used, r.running_vms)
