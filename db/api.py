@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator, Sequence
 
 from oslo_config import cfg
-from oslo_db import api as oslo_db_api
 from oslo_db import exception as db_exc
 from oslo_db import options as db_options
 from oslo_db.sqlalchemy import enginefacade
@@ -39,6 +38,27 @@ DEFAULT_CONNECTION = "sqlite:///$state_path/berth.sqlite"
 
 cfg.CONF.register_opts(state_opts)
 
+# How long a call may wait for a database that does not answer, so that an
+# outage reaches callers as a typed error in bounded time (issue 17).
+wait_opts = [
+    cfg.IntOpt("connect_timeout", default=3, min=1, max=600,
+               help="Seconds to wait for a MySQL/MariaDB connection to be set up "
+                    "(PyMySQL's connect_timeout; a server that accepts the TCP "
+                    "connection but does not answer, e.g. stopped or overloaded, "
+                    "counts as down after this)."),
+    cfg.IntOpt("read_timeout", default=30, min=1, max=3600,
+               help="Seconds to wait for a MySQL/MariaDB server's answer before the "
+                    "connection counts as lost (PyMySQL's read_timeout; also bounds "
+                    "the greeting of a server that accepted the TCP connection but "
+                    "hangs). Keep it above the slowest legitimate query: the first "
+                    "full load of the host cache, about 10 s at 100,000 hosts."),
+    cfg.FloatOpt("retry_budget", default=5.0, min=0.0, max=600.0,
+                 help="Seconds a write (claim, release, report) keeps retrying "
+                      "deadlocks and lost connections before it gives up and the "
+                      "caller gets ServiceUnavailable (0: one retry at most)."),
+]
+cfg.CONF.register_opts(wait_opts, group="database")
+
 
 def set_defaults(conf: cfg.ConfigOpts = cfg.CONF) -> None:
     """Register oslo.db's [database] options with Berth's embedded default
@@ -52,7 +72,7 @@ set_defaults(cfg.CONF)
 
 def list_opts():
     """Options of the ``berth.db`` namespace (oslo-config-generator)."""
-    return [("DEFAULT", state_opts)]
+    return [("DEFAULT", state_opts), ("database", wait_opts)]
 
 
 #: Bound parameters per IN list: well under SQLite's and MySQL's limits.
@@ -75,9 +95,9 @@ def close_quietly(conn: Connection) -> None:
         pass
 
 
-_retry = oslo_db_api.wrap_db_retry(
-    max_retries=5, retry_on_deadlock=True, retry_on_disconnect=True,
-    retry_interval=0.05, max_retry_interval=1, inc_retry_interval=True)
+#: Tries of a retried operation at most, and the sleeps between them (doubling).
+MAX_TRIES = 6
+FIRST_SLEEP, MAX_SLEEP = 0.05, 1.0
 
 #: Called with the operation's name whenever a retried operation meets a
 #: deadlock or a lost connection (the scheduler counts them in its metrics).
@@ -85,16 +105,26 @@ retry_listeners: list = []
 
 
 def retry_on_deadlock(fn):
-    """Run ``fn`` (a whole transaction) again on deadlocks and lost connections."""
+    """Run ``fn`` (a whole transaction) again on deadlocks and lost connections,
+    up to MAX_TRIES times and no longer than ``[database] retry_budget``
+    seconds (then the last error is raised)."""
     @functools.wraps(fn)
     def attempt(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (db_exc.DBDeadlock, db_exc.DBConnectionError):
-            for listener in retry_listeners:
-                listener(fn.__name__)
-            raise
-    return _retry(attempt)
+        started = time.monotonic()
+        sleep = FIRST_SLEEP
+        for tries in range(1, MAX_TRIES + 1):
+            try:
+                return fn(*args, **kwargs)
+            except (db_exc.DBDeadlock, db_exc.DBConnectionError):
+                for listener in retry_listeners:
+                    listener(fn.__name__)
+                spent = time.monotonic() - started
+                if tries == MAX_TRIES or (tries > 1 and
+                                          spent + sleep > cfg.CONF.database.retry_budget):
+                    raise
+            time.sleep(sleep)
+            sleep = min(sleep * 2, MAX_SLEEP)
+    return attempt
 
 
 class _Ctx:
@@ -123,6 +153,12 @@ class Database:
             if path and path != ":memory:":
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._tc = enginefacade.transaction_context()
+        if connection.startswith("mysql"):
+            for name in ("connect_timeout", "read_timeout"):
+                if f"{name}=" not in connection:
+                    connection += ("&" if "?" in connection else "?") + \
+                        f"{name}={getattr(cfg.CONF.database, name)}"
+        self.connect_url = connection       # with the timeouts (MySQL)
         kw = {"connection": connection, "sqlite_fk": True}
         kw.update(engine_kw)
         self._tc.configure(**kw)

@@ -370,7 +370,8 @@ def _numa_topology(field: str, value: Any) -> dict | None:
     for i, cell in enumerate(_list(f"{field}.cells", value.get("cells"))):
         cf = f"{field}.cells.{i}"
         _unknown_keys(cf + ".", _mapping(cf, cell), NUMA_CELL_LAYOUT_KEYS)
-        for j, page in enumerate(cell.get("mempages") or []):
+        pages = cell.get("mempages")
+        for j, page in enumerate(pages if isinstance(pages, list) else []):
             if isinstance(page, dict):
                 _unknown_keys(f"{cf}.mempages.{j}.", page, MEMPAGE_LAYOUT_KEYS)
     try:

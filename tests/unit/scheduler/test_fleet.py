@@ -163,6 +163,11 @@ def test_vf_whose_parent_is_absent_says_so():
         {"id": 0, "cpuset": [8], "memory_mb": 1024}), "numa_topology.cells.1.id"),
     (lambda d: d["hosts"][0]["numa_topology"]["cells"][0]["mempages"][1].update(
         size_kb=-2), "numa_topology.cells.0.mempages.1.size_kb"),
+    # a scalar where the page list goes (found by the fuzz suite: TypeError before)
+    (lambda d: d["hosts"][0]["numa_topology"]["cells"][0].update(mempages=True),
+     "numa_topology.cells.0.mempages"),
+    (lambda d: d["hosts"][0]["numa_topology"]["cells"][0].update(mempages={"size_kb": 4}),
+     "numa_topology.cells.0.mempages"),
 ])
 def test_bad_numa_topology(mutate, field):
     msg = str(_host_error(mutate))
