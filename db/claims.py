@@ -183,7 +183,24 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
 
 _GROUP_TOUCH = (sa.update(_groups).where(_groups.c.uuid == sa.bindparam("b_group"))
                 .values(generation=_groups.c.generation + 1))
-_GROUP_INSERT = sa.insert(_groups)
+
+def _group_upsert(dialect: str):
+    """Create the group's row or, when a concurrent claim created it first, bump
+    it: one statement, so that a deadlock between two first uses is a plain
+    deadlock that retries the whole claim (a savepoint would be gone with the
+    transaction InnoDB rolled back, and its ROLLBACK fail)."""
+    if dialect in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
+        return mysql.insert(_groups).on_duplicate_key_update(
+            generation=_groups.c.generation + 1)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(_groups).on_conflict_do_update(
+        index_elements=[_groups.c.uuid], set_={"generation": _groups.c.generation + 1})
+
+
+_GROUP_UPSERT = {d: _group_upsert(d) for d in ("mysql", "mariadb", "sqlite")}
 _GROUP_ON_HOST = (sa.select(sa.func.count()).select_from(
     _alloc.join(_cn, _cn.c.id == _alloc.c.compute_node_id))
     .where(_alloc.c.instance_group == sa.bindparam("b_group"),
@@ -197,14 +214,9 @@ _GROUP_ELSEWHERE = (sa.select(_cn.c.host).select_from(
 def _lock_group(conn, group: str) -> None:
     """Take the group's row lock for the rest of the transaction (creating the
     row on first use; a concurrent first use waits, then takes it)."""
-    params = {"b_group": group}
-    if conn.execute(_GROUP_TOUCH, params).rowcount:
+    if conn.execute(_GROUP_TOUCH, {"b_group": group}).rowcount:
         return
-    try:
-        with conn.begin_nested():
-            conn.execute(_GROUP_INSERT, {"uuid": group, "generation": 0})
-    except db_exc.DBDuplicateEntry:
-        conn.execute(_GROUP_TOUCH, params)
+    conn.execute(_GROUP_UPSERT[conn.dialect.name], {"uuid": group, "generation": 0})
 
 
 def _check_group(conn, rec: ClaimRecord) -> None:

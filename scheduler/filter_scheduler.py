@@ -168,6 +168,10 @@ class _Request:
             raise exception.RequestTimeout(timeout=self.timeout, instance_index=index)
 
 
+#: ``pending_before`` that any pending claim is older than.
+_FAR_FUTURE = datetime.datetime(9999, 1, 1)
+
+
 class _AlreadyPlaced(Exception):
     """A claim found its instance holding an allocation already."""
 
@@ -250,6 +254,14 @@ class FilterScheduler:
         ``pending`` the claims stay pending until ``confirm``; a pending claim
         older than ``[scheduler] claim_ttl`` is released by the reaper.
         """
+        return self._select(spec, instance_uuids, return_alternates, dry_run, pending,
+                            resume=True)
+
+    def _select(self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
+                return_alternates: bool, dry_run: bool, pending: bool, *, resume: bool
+                ) -> list[list[Selection]]:
+        """``resume``: a retry of a request whose first try stopped part-way may
+        place the instances that try did not (once: not when resuming)."""
         timings = metrics.SelectTimings()
         timeout = self.conf.scheduler.request_timeout
         deadline = _clock() + timeout if timeout > 0 else float("inf")
@@ -296,7 +308,8 @@ class FilterScheduler:
             outcome = "placed"
         except _AlreadyPlaced as e:
             self._undo(claimed, req.pending)
-            earlier = self._earlier_placements(spec, uuids, pending) if not claimed else None
+            earlier = self._earlier_placements(spec, uuids, pending, resume) \
+                if not claimed else None
             if earlier is None:
                 outcome = "invalid request"
                 raise exception.InvalidRequest(
@@ -304,7 +317,7 @@ class FilterScheduler:
             outcome, results = "placed earlier", earlier
         except exception.NoValidHost as e:
             self._undo(claimed, req.pending)
-            earlier = self._earlier_placements(spec, uuids, pending) if named else None
+            earlier = self._earlier_placements(spec, uuids, pending, resume) if named else None
             if earlier is None:
                 outcome = "no valid host"
                 LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
@@ -333,9 +346,12 @@ class FilterScheduler:
         return results
 
     def release(self, instance_uuid: str, *,
-                pending_before: datetime.datetime | None = None) -> bool:
+                pending_before: datetime.datetime | None = None,
+                why: str = "its claim was not confirmed within [scheduler] claim_ttl"
+                ) -> bool:
         """Free the instance's allocation; False if it held none (idempotent).
-        ``pending_before``: only if it is still pending and older (the reaper)."""
+        ``pending_before``: only if it is still pending and older (the reaper,
+        which logs ``why``)."""
         released = claims.release(self.db, instance_uuid, pending_before=pending_before)
         if released is None:
             return False
@@ -345,8 +361,7 @@ class FilterScheduler:
         if pending_before is None:
             LOG.info("Released %s from %s", instance_uuid, released.host)
         else:
-            LOG.warning("Released %s from %s: its claim was not confirmed within "
-                        "[scheduler] claim_ttl", instance_uuid, released.host)
+            LOG.warning("Released %s from %s: %s", instance_uuid, released.host, why)
         return True
 
     def confirm(self, instance_uuids: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -377,37 +392,63 @@ class FilterScheduler:
                                         pending=pending)[0]
 
     # -- steps -------------------------------------------------------------
-    def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str], pending: bool
-                            ) -> list[list[Selection]] | None:
+    def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str], pending: bool,
+                            resume: bool) -> list[list[Selection]] | None:
         """A retry of a request that was placed already (its reply was lost): when
         every instance holds an allocation made for this same request, those
-        placements (weight 0, no alternates); None when none holds one. Any
-        other mix is refused, and nothing is claimed twice. Unless the caller
-        confirms (``pending``), the claims are confirmed now."""
+        placements (weight 0, no alternates); None when none holds one.
+
+        When only some hold one, all made for this same request and still
+        pending, the first try stopped part-way (its worker died, or the
+        database went away during its undo: a request of several instances
+        keeps its claims pending until all are placed): the others are placed
+        now (``resume``), and the whole request answered. Any other mix is
+        refused, and nothing is claimed twice. Unless the caller confirms
+        (``pending``), the claims are confirmed now."""
         held = claims.allocations_for(self.db, uuids)
         if not held:
             return None
         stored = _stored_spec(spec)
-        for uuid in uuids:
-            alloc = held.get(uuid)
-            if alloc is None or alloc["request_spec"] != stored:
-                taken = uuid if alloc is not None else next(iter(held))
-                raise exception.InvalidRequest(field="instance_uuids",
-                                               reason=f"already allocated: {taken}")
-        LOG.info("Request for %s was placed already (a retry): returning those placements",
-                 ", ".join(uuids))
-        if not pending and any(held[uuid]["pending"] for uuid in uuids):
+        missing = [u for u in uuids if u not in held]
+        other = next((u for u in uuids if u in held and held[u]["request_spec"] != stored),
+                     None)
+        if other is None and missing and not (
+                resume and all(alloc["pending"] for alloc in held.values())):
+            other = next(u for u in uuids if u in held)
+        if other is not None:
+            raise exception.InvalidRequest(field="instance_uuids",
+                                           reason=f"already allocated: {other}")
+        placed: dict[str, list[Selection]] = {}
+        if missing:
+            LOG.info("Request for %s was placed in part already (its first try stopped "
+                     "part-way): placing %s", ", ".join(uuids), ", ".join(missing))
+            rest = spec.replace(num_instances=len(missing), instance_uuids=tuple(missing))
+            try:
+                result = self._select(rest, missing, False, False, True, resume=False)
+            except exception.BerthError:
+                # the request failed as a whole: give back what its first try held
+                for uuid in held:
+                    self.release(uuid, pending_before=_FAR_FUTURE,
+                                 why="its request failed when retried")
+                raise
+            placed = dict(zip(missing, result, strict=True))
+        else:
+            LOG.info("Request for %s was placed already (a retry): returning those "
+                     "placements", ", ".join(uuids))
+        if not pending and (placed or any(held[uuid]["pending"] for uuid in uuids)):
             claims.confirm(self.db, uuids)
-        return [[Selection(
-            instance_uuid=uuid, host=held[uuid]["host"],
-            node=held[uuid]["hypervisor_hostname"], node_uuid=held[uuid]["node_uuid"],
-            weight=0.0,
-            allocation={"vcpus": held[uuid]["vcpus"], "memory_mb": held[uuid]["memory_mb"],
-                        "disk_mb": held[uuid]["disk_mb"]},
-            numa_cells=json.loads(held[uuid]["numa_cells"]) if held[uuid]["numa_cells"]
-            else None,
-            pci_devices=tuple(json.loads(held[uuid]["pci_devices"] or "[]")))]
-            for uuid in uuids]
+        return [placed[uuid] if uuid in placed else [self._held_selection(uuid, held[uuid])]
+                for uuid in uuids]
+
+    @staticmethod
+    def _held_selection(uuid: str, alloc: Mapping) -> Selection:
+        return Selection(
+            instance_uuid=uuid, host=alloc["host"], node=alloc["hypervisor_hostname"],
+            node_uuid=alloc["node_uuid"], weight=0.0,
+            allocation={"vcpus": alloc["vcpus"], "memory_mb": alloc["memory_mb"],
+                        "disk_mb": alloc["disk_mb"]},
+            numa_cells=json.loads(alloc["numa_cells"]) if alloc["numa_cells"] else None,
+            pci_devices=tuple(json.loads(alloc["pci_devices"] or "[]")))
 
     def _check_work(self, spec: RequestSpec) -> None:
         """Refuse up front a request whose instances x hosts exceed max_request_work."""
