@@ -14,6 +14,7 @@ earlier ones on a private copy of the columns.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -76,9 +77,10 @@ filter_scheduler_opts = [
                       "concurrent workers and schedulers seldom claim the same host "
                       "at once (fewer claim conflicts) at a small cost in packing. "
                       "A weight is a sum of weigher values normalised to 0..1 times "
-                      "their multipliers: 0.01 is 1%% of one weigher's range. Unset: "
-                      "0.01 when [DEFAULT] workers is above 1, else 0. 0: always the "
-                      "best host first (deterministic)." % 16),
+                      "their multipliers: 0.1 is 10%% of one weigher's range. The "
+                      "workers of one daemon each prefer their own share of the "
+                      "near-best hosts. Unset: 0.1 when [scheduler] workers is above 1, "
+                      "else 0. 0: always the best host first (deterministic)." % 16),
 ]
 scheduler_opts = [
     cfg.IntOpt("max_attempts", default=3, min=1,
@@ -212,6 +214,9 @@ class FilterScheduler:
             host_manager.load_pci_pools = any(f.name == "PciPassthroughFilter"
                                               for f in self.filters)
         self._rng = random.Random(seed)
+        #: (this worker's index, workers of the daemon) when there are several:
+        #: among the near-best hosts each worker prefers its own share.
+        self.partition: tuple[int, int] | None = None
 
     @staticmethod
     def _parse_aliases(raw: list[str]) -> Mapping:
@@ -352,12 +357,21 @@ class FilterScheduler:
         """Free the instance's allocation; False if it held none (idempotent).
         ``pending_before``: only if it is still pending and older (the reaper,
         which logs ``why``)."""
-        released = claims.release(self.db, instance_uuid, pending_before=pending_before)
-        if released is None:
-            return False
-        self.host_manager.note_released(instance_uuid)
-        if not self.host_manager.apply_release(released):
-            self.host_manager.refresh_nodes([released.node_id])
+        hm = self.host_manager
+        # Under the cached host's lock, as a claim: this worker's claims of the
+        # host wait until the cache has the release (else they would claim with
+        # the generation the release just moved past, and conflict).
+        node_id = hm.instance_nodes([instance_uuid]).get(instance_uuid)
+        cached = hm.get(node_id) if node_id is not None else None
+        with cached.lock() if cached is not None else contextlib.nullcontext():
+            released = claims.release(self.db, instance_uuid, pending_before=pending_before)
+            if released is None:
+                return False
+            hm.note_released(instance_uuid)
+            applied = hm.apply_release(released, locked=cached is not None
+                                       and cached.node_id == released.node_id)
+        if not applied:
+            hm.refresh_nodes([released.node_id])
         if pending_before is None:
             LOG.info("Released %s from %s", instance_uuid, released.host)
         else:
@@ -540,7 +554,7 @@ class FilterScheduler:
                 workers = self.conf.scheduler.workers
             except cfg.NoSuchOptError:      # embedded: no daemon options registered
                 workers = 1
-            return 0.01 if workers > 1 else 0.0
+            return 0.1 if workers > 1 else 0.0
         return spread
 
     def _pick_order(self, weighed: list[tuple[float, HostState]]) -> list[int]:
@@ -558,7 +572,13 @@ class FilterScheduler:
             while near < min(n, NEAR_BEST_MAX) and weighed[near][0] >= floor:
                 near += 1
             if near > 1:
-                order.insert(0, order.pop(self._rng.randrange(near)))
+                mine = range(near)
+                if self.partition is not None:
+                    # workers of one daemon prefer different near-best hosts
+                    index, count = self.partition
+                    mine = [j for j in range(near)
+                            if weighed[j][1].node_id % count == index] or mine
+                order.insert(0, order.pop(self._rng.choice(mine)))
                 return order
         if fs.shuffle_best_same_weighed_hosts and n > 1:
             best = weighed[0][0]

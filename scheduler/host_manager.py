@@ -132,13 +132,14 @@ class HostManager:
         with self._changing(host):
             host.apply(spec, consumed)
 
-    def apply_release(self, released) -> bool:
+    def apply_release(self, released, locked: bool = False) -> bool:
         """Give a persisted release back to the cached host; False when the cache
-        was not exactly at the state before it (then the host is re-read)."""
+        was not exactly at the state before it (then the host is re-read).
+        ``locked``: the caller holds the host's lock."""
         host = self._hosts.get(released.node_id)
         if host is None:
             return False
-        with host.lock(), self._changing(host):
+        with contextlib.nullcontext() if locked else host.lock(), self._changing(host):
             return host.unapply(released)
 
     @contextlib.contextmanager
