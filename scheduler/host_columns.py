@@ -84,7 +84,13 @@ _NO_NUMA = (0,) * 9
 _NO_CELL = (-1.0,) * len(CELL_FIELDS)
 
 
-@functools.lru_cache(maxsize=16384)
+#: Remembered per topology (equal topologies share one object): enough for every
+#: distinct state a fleet shows at once, bounded because each entry keeps its
+#: topology alive after the hosts moved on.
+TOPOLOGY_MEMO = 4096
+
+
+@functools.lru_cache(maxsize=TOPOLOGY_MEMO)
 def _cell_values(topology, cpu_ratio: float) -> tuple:
     """The ``cell_*`` columns of a host topology: one tuple per field, MAX_CELLS long."""
     rows = []
@@ -107,7 +113,7 @@ def _cell_values(topology, cpu_ratio: float) -> tuple:
     return tuple(zip(*rows, strict=True))
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=TOPOLOGY_MEMO)
 def _numa_summary(topology, cpu_ratio: float) -> tuple:
     """The ``numa_*`` columns of a host topology (a value: remembered by content)."""
     if topology is None:

@@ -120,6 +120,8 @@ class Deployment:
     def start(self) -> None:
         for d in self.daemons:
             d.start(timeout=120)
+        for port in self.metrics_ports:     # each daemon's own port, not just the topic
+            faults.wait_for_http(f"http://127.0.0.1:{port}/healthz", 60)
 
     def api(self, timeout: float = 10):
         return self.daemons[0].api(timeout=timeout)

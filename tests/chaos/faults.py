@@ -105,6 +105,22 @@ def _start_rabbitmq_node() -> None:
     _wait(lambda: port_open(RABBIT), 60, "RabbitMQ did not listen")
 
 
+def wait_for_http(url: str, timeout: float) -> float:
+    """Seconds until ``url`` answers at all (any HTTP status)."""
+    import urllib.error
+    import urllib.request
+
+    def answers() -> bool:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            return False
+        return True
+    return _wait(answers, timeout, f"{url} did not answer")
+
+
 def rabbitmq_running() -> bool:
     return port_open(RABBIT)
 

@@ -19,7 +19,15 @@ from collections.abc import Callable
 import pytest
 
 from tests.chaos import conftest, faults
-from tests.chaos.load import Load, invariant_problems, latency_stats, reconcile, scrape, total
+from tests.chaos.load import (
+    ANSWERED,
+    Load,
+    invariant_problems,
+    latency_stats,
+    reconcile,
+    scrape,
+    total,
+)
 
 WARM, HOLD, AFTER = 10.0, 15.0, 20.0
 
@@ -81,6 +89,9 @@ def run_experiment(name: str, dep, fleet, report, inject: Callable[[], dict],
         "outcomes_after_fault": load.outcomes(t_back, t_end),
         "latency_ms_before": latency_stats([o for o in ops if o.t1 < t_fault]),
         "latency_ms_after": latency_stats([o for o in ops if o.t0 >= t_back + 5]),
+        # how long a caller waited for its error while the fault lasted
+        "latency_ms_failed_during_fault": latency_stats(
+            [o for o in ops if t_fault <= o.t0 < t_back and o.outcome not in ANSWERED]),
         "fault_s": round(t_heal - t_fault, 1),
         "recovery_s": _round(load.first_answer_after(t_back)),
         "releases_resent": resent,
