@@ -669,7 +669,13 @@ class FilterScheduler:
                 LOG.info("Claim on %s refused by its server group (%s); reading the "
                          "group's hosts again", host.host, e)
                 self.host_manager.refresh_nodes(claims.group_member_nodes(self.db, req.group))
-                raise _GroupChanged() from None
+                group = req.spec.instance_group
+                if group is not None and group.policy == "affinity":
+                    raise _GroupChanged() from None     # find where the group is now
+                # anti-affinity: this host is out; the next candidates are
+                # re-checked under their locks with the group's hosts just read
+                refused["server group changed under this scheduler"] += 1
+                return None
             except claims.ClaimConflict as e:
                 LOG.debug("Claim on %s lost a race (attempt %d)", host.host, attempt + 1)
                 seen = host.generation

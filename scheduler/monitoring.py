@@ -256,7 +256,17 @@ class WorkerReporter:
             # Catch up with other workers' and schedulers' claims (one probe
             # query; shared with a request refreshing at the same time), or
             # load the cache if start-up could not read the database.
-            hm.refresh()
+            from oslo_db import exception as db_exc
+
+            try:
+                hm.refresh()
+            except db_exc.DBConnectionError as e:
+                # gone between the check and the refresh: an outage, which the
+                # RPC layer logs once; here it only makes the worker not ready
+                inner = getattr(e, "inner_exception", None) or e
+                checks["database"] = f"unreachable ({str(inner).splitlines()[0][:200]})"
+                self.report(checks)
+                return
             checks["cache"] = "ok" if hm.loaded else "not loaded"
             from scheduler.filters import compute  # noqa: F401  (service_down_time)
 

@@ -213,3 +213,35 @@ def test_worker_reporter_loads_the_cache_and_reports(conf, sqlite_db, tmp_path):
     finally:
         conf.clear_override("transport_url")
         service.host_manager.close()
+
+
+def test_a_database_lost_between_check_and_refresh_is_not_ready_not_a_traceback(
+        conf, sqlite_db, tmp_path, caplog, monkeypatch):
+    """The database answered the readiness check, then went away before the
+    cache refresh: the worker reports not ready, nothing is logged with a
+    traceback (the outage is logged once by the RPC layer)."""
+    import types
+
+    from oslo_db import exception as db_exc
+
+    from scheduler.host_manager import HostManager
+
+    conf.set_override("transport_url", "kombu+memory:////")
+    hm = HostManager(sqlite_db, conf)
+    service = types.SimpleNamespace(host_manager=hm, db=sqlite_db, server=object(),
+                                    backend="threading")
+
+    def gone():
+        raise db_exc.DBConnectionError("Can't connect to MySQL server (111)")
+
+    monkeypatch.setattr(hm, "refresh", gone)
+    reporter = monitoring.WorkerReporter(conf, str(tmp_path), 0, service)
+    try:
+        with caplog.at_level("DEBUG"):
+            reporter.check_once()
+        status = json.loads((tmp_path / "worker-0.json").read_text())
+        assert status["ready"] is False
+        assert status["checks"]["database"].startswith("unreachable (")
+        assert not [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"]
+    finally:
+        conf.clear_override("transport_url")
