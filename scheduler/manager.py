@@ -540,14 +540,27 @@ class SchedulerManager:
         return True
 
     @_expected
-    def aggregate_add_host(self, ctxt, name, host) -> dict:
-        return _primitive(aggregates.add_host(self.db, _name(name, "name"),
-                                              _name(host, "host")))
+    def aggregate_add_host(self, ctxt, name, host=None, hosts=None) -> dict:
+        """Add ``host`` (1.0), or every one of ``hosts`` (1.1) in one
+        transaction: nothing is written when one is unknown (NotFound), a
+        member already or would be in a second zone (Conflict), each naming
+        the host."""
+        name = _name(name, "name")
+        members = self._members(host, hosts)
+        if hosts is None:
+            return _primitive(aggregates.add_host(self.db, name, members[0]))
+        return _primitive(aggregates.add_hosts(self.db, name, members))
 
     @_expected
-    def aggregate_remove_host(self, ctxt, name, host) -> dict:
-        return _primitive(aggregates.remove_host(self.db, _name(name, "name"),
-                                                 _name(host, "host")))
+    def aggregate_remove_host(self, ctxt, name, host=None, hosts=None) -> dict:
+        """Remove ``host`` (1.0), or every one of ``hosts`` (1.1) in one
+        transaction: nothing is removed when one is not a member (NotFound
+        naming it)."""
+        name = _name(name, "name")
+        members = self._members(host, hosts)
+        if hosts is None:
+            return _primitive(aggregates.remove_host(self.db, name, members[0]))
+        return _primitive(aggregates.remove_hosts(self.db, name, members))
 
     @_expected
     def aggregate_set_metadata(self, ctxt, name, metadata) -> dict:
@@ -567,6 +580,19 @@ class SchedulerManager:
             raise exception.InvalidRequest(field="hosts",
                                            reason=f"more than {MAX_AGGREGATE_HOSTS} hosts")
         return [_name(h, f"hosts[{i}]") for i, h in enumerate(value)]
+
+    @classmethod
+    def _members(cls, host: Any, hosts: Any) -> list[str]:
+        """The hosts of a membership call: ``host`` or ``hosts``, exactly one."""
+        if hosts is None:
+            if host is None:
+                raise exception.InvalidRequest(field="host",
+                                               reason="expected host (or a list in hosts)")
+            return [_name(host, "host")]
+        if host is not None:
+            raise exception.InvalidRequest(field="hosts",
+                                           reason="give host or hosts, not both")
+        return aggregates.host_names(cls._host_list(hosts))
 
     # -- reading ----------------------------------------------------------------------
     @_expected

@@ -207,6 +207,25 @@ def test_aggregates(manager):
         manager.aggregate_create({}, "bad\nname")
 
 
+def test_aggregate_membership_arguments(manager):
+    for name in ("compute-001", "compute-002"):
+        manager.report_compute_node({}, dict(HOST, host=name))
+    manager.aggregate_create({}, "fast")
+    for kwargs, field in (({}, "host"), ({"host": "compute-001", "hosts": []}, "hosts"),
+                          ({"hosts": "compute-001"}, "hosts"), ({"hosts": []}, "hosts"),
+                          ({"hosts": ["compute-001", 7]}, "hosts[1]"),
+                          ({"hosts": ["compute-001"] * 10001}, "hosts")):
+        with pytest.raises(exception.InvalidRequest) as caught:
+            manager.aggregate_add_host({}, "fast", **kwargs)
+        assert caught.value.field == field, kwargs
+    agg = manager.aggregate_add_host({}, "fast", hosts=["compute-002", "compute-001"])
+    assert agg["hosts"] == ["compute-001", "compute-002"]
+    with pytest.raises(exception.NotFound) as caught:
+        manager.aggregate_remove_host({}, "fast", hosts=["compute-001", "compute-003"])
+    assert caught.value.name == "compute-003"
+    assert manager.aggregate_remove_host({}, "fast", "compute-001")["hosts"] == ["compute-002"]
+
+
 def test_ping(manager):
     info = manager.ping({})
     assert info["version"] == "1.1" and info["backend"] == "threading"
