@@ -85,7 +85,22 @@ rpc_opts = [
                     "caller gives none, so that a retry can name them."),
 ]
 
-LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts)]
+caller_opts = [
+    cfg.ListOpt("caller_roles", default=["service"],
+                help="Roles of the request context this process's calls carry when "
+                     "the caller gives none (berth, berth-agent, a compute API that "
+                     "uses scheduler.rpcapi without its own contexts), read by the "
+                     "daemon's policy rules ([scheduler] enforce_policy): admin or "
+                     "service may do everything; give an operator's berth 'admin', "
+                     "a tool that should only place and release its own project's "
+                     "instances e.g. 'member' with caller_project_id. A caller that "
+                     "acts for a user passes the user's context instead."),
+    cfg.StrOpt("caller_project_id",
+               help="Project of the request context this process's calls carry when "
+                    "the caller gives none (see caller_roles). Unset: none."),
+]
+
+LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts + caller_opts)]
 
 #: Who calls what: the compute API places and frees instances; operators and host
 #: agents report hosts and edit aggregates. ``ping`` is served on both topics.
@@ -104,7 +119,7 @@ def admin_topic(conf: cfg.ConfigOpts = cfg.CONF) -> str | None:
     return topic if topic and topic != conf.scheduler.topic else None
 
 cfg.CONF.register_opts(server_opts)
-cfg.CONF.register_opts(rpc_opts, group="scheduler")
+cfg.CONF.register_opts(rpc_opts + caller_opts, group="scheduler")
 
 
 def get_transport(conf: cfg.ConfigOpts = cfg.CONF,
@@ -142,8 +157,12 @@ def get_client(transport: oslo_messaging.Transport, topic: str, *,
         serializer=ContextSerializer())
 
 
-def new_context(**kw: Any) -> oslo_context.RequestContext:
-    """A request context for a call; carries the request id into the daemon's logs."""
+def new_context(conf: cfg.ConfigOpts = cfg.CONF, **kw: Any) -> oslo_context.RequestContext:
+    """A request context for a call made on this process's own behalf: the
+    configured ``[scheduler] caller_roles`` and ``caller_project_id`` unless
+    ``kw`` gives others; carries the request id into the daemon's logs."""
+    kw.setdefault("roles", list(conf.scheduler.caller_roles))
+    kw.setdefault("project_id", conf.scheduler.caller_project_id)
     return oslo_context.RequestContext(**kw)
 
 

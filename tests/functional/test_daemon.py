@@ -31,10 +31,11 @@ def daemon(request, tmp_path_factory):
 
 
 def _raw_call(daemon, method, **kwargs):
-    """Send exactly ``kwargs`` (no client-side checks), as a foreign client might."""
+    """Send exactly ``kwargs`` (no client-side checks), as a foreign client with
+    the service role might."""
     daemon.api()  # makes the transport
     client = rpc.get_client(daemon._transport, daemon.topic, timeout=30)
-    return client.call({}, method, **kwargs)
+    return client.call({"roles": ["service"]}, method, **kwargs)
 
 
 def test_ping_answers_from_every_worker(daemon):
