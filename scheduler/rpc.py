@@ -122,6 +122,67 @@ cfg.CONF.register_opts(server_opts)
 cfg.CONF.register_opts(rpc_opts + caller_opts, group="scheduler")
 
 
+def broker_addresses(conf: cfg.ConfigOpts, url: str | None = None) -> list[tuple[str, int]]:
+    """(host, port) of each RabbitMQ broker of ``url`` (default: ``[DEFAULT]
+    transport_url``); none for other transports."""
+    parsed = oslo_messaging.TransportURL.parse(conf, url or conf.transport_url)
+    if parsed.transport not in ("rabbit", "kombu", "amqp"):
+        return []
+    default_port = 5672
+    return [(h.hostname or "127.0.0.1", h.port or default_port) for h in parsed.hosts] \
+        or [("127.0.0.1", default_port)]
+
+
+class BrokerTLSError(ConnectionError):
+    """A broker answered but the TLS handshake the rabbit driver would make with
+    it failed: a configuration error (wrong CA, a host name the certificate does
+    not carry, a port without TLS), which the driver would retry for ever."""
+
+
+def check_broker_tls(conf: cfg.ConfigOpts, url: str | None = None,
+                     timeout: float = 5.0) -> None:
+    """With ``[oslo_messaging_rabbit] ssl`` and ``ssl_ca_file``: make the
+    handshake the rabbit driver will make with each broker (that CA, the
+    client certificate, the host name checked when the URL names one host)
+    and raise BrokerTLSError saying why it failed. A broker that does not
+    accept the TCP connection is left to the driver's retries."""
+    import ssl
+
+    import oslo_messaging.opts
+
+    for group, opts in oslo_messaging.opts.list_opts():
+        if group == "oslo_messaging_rabbit":
+            conf.register_opts(opts, group=group)     # as the driver will
+    rabbit = conf.oslo_messaging_rabbit
+    if not rabbit.ssl or not rabbit.ssl_ca_file:
+        return
+    addresses = broker_addresses(conf, url)
+    try:
+        context = ssl.create_default_context(cafile=rabbit.ssl_ca_file)
+        if rabbit.ssl_cert_file:
+            context.load_cert_chain(rabbit.ssl_cert_file, rabbit.ssl_key_file or None)
+    except (OSError, ssl.SSLError) as e:
+        raise BrokerTLSError(f"[oslo_messaging_rabbit] ssl_ca_file, ssl_cert_file or "
+                             f"ssl_key_file cannot be used: {e}") from None
+    context.check_hostname = len(addresses) == 1      # as oslo.messaging does
+    failed = []
+    for host, port in addresses:
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError:
+            continue
+        try:
+            with context.wrap_socket(sock, server_hostname=host):
+                return
+        except (OSError, ssl.SSLError) as e:
+            failed.append(f"{host}:{port}: TLS handshake failed: {e}")
+        finally:
+            sock.close()
+    if failed:
+        raise BrokerTLSError("; ".join(failed) + " (see [oslo_messaging_rabbit] "
+                             "ssl_ca_file and [DEFAULT] transport_url)")
+
+
 def get_transport(conf: cfg.ConfigOpts = cfg.CONF,
                   url: str | None = None) -> oslo_messaging.Transport:
     """The RPC transport for ``url`` (default: ``[DEFAULT] transport_url``)."""

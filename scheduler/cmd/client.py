@@ -516,36 +516,35 @@ def _configure(args) -> None:
         cfg.CONF.set_override("topic", args.topic, group="scheduler")
 
 
-def _broker_addresses(url: str) -> list[tuple[str, int]]:
-    import oslo_messaging
-    from oslo_config import cfg
-
-    parsed = oslo_messaging.TransportURL.parse(cfg.CONF, url)
-    if parsed.transport not in ("rabbit", "kombu", "amqp"):
-        return []
-    default_port = 5672
-    return [(h.hostname or "127.0.0.1", h.port or default_port) for h in parsed.hosts] \
-        or [("127.0.0.1", default_port)]
-
-
 def check_broker(url: str, timeout: float) -> None:
     """Fail fast, with one line, when no broker of ``url`` accepts a connection.
 
     oslo.messaging retries a refused reply-queue connection forever; checking the
     socket first turns the common "RabbitMQ is not running" case into a message.
+    With ``[oslo_messaging_rabbit] ssl`` and a CA the TLS handshake is made too
+    (``scheduler.rpc.check_broker_tls``), so a wrong CA is said, not retried.
     """
-    addresses = _broker_addresses(url)
+    from oslo_config import cfg
+
+    from scheduler import rpc
+
+    addresses = rpc.broker_addresses(cfg.CONF, url)
     if not addresses:
         return
     errors = []
     for host, port in addresses:
         try:
             with socket.create_connection((host, port), timeout=min(timeout, 5.0)):
-                return
+                break
         except OSError as e:
             errors.append(f"{host}:{port} ({e.strerror or e})")
-    raise CliError("cannot reach the message broker at " + ", ".join(errors)
-                   + " - is RabbitMQ running? (see [DEFAULT] transport_url)")
+    else:
+        raise CliError("cannot reach the message broker at " + ", ".join(errors)
+                       + " - is RabbitMQ running? (see [DEFAULT] transport_url)")
+    try:
+        rpc.check_broker_tls(cfg.CONF, url, timeout)
+    except rpc.BrokerTLSError as e:
+        raise CliError(f"cannot use the message broker: {e}") from None
 
 
 def _run_with_deadline(fn: Callable[[], int], deadline: float) -> int:
