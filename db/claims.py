@@ -132,22 +132,20 @@ _DELETE_ORPHAN_SPEC = sa.delete(_specs).where(
 
 @retry_on_deadlock
 def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
-    """Persist one claim atomically, or raise ClaimConflict / DuplicateAllocation."""
+    """Persist one claim atomically, or raise ClaimConflict / DuplicateAllocation.
+
+    The node's compare-and-swap UPDATE comes late, followed only by the
+    allocation's INSERT and the COMMIT: the node row is the one every
+    scheduler writes, and a lock taken first would be held across every other
+    statement's round trip (under eventlet, each one also waits for the
+    worker's other green threads), stalling the other schedulers' claims and
+    releases of that node. A conflict found there rolls back the rest."""
     from db import pci as db_pci
     from pci import errors as pci_errors
 
+    now = models.utcnow()
     try:
         with db.hot_writer() as conn:
-            params = {"b_id": rec.node_id, "b_seen": rec.seen_generation,
-                      "b_vcpus": rec.vcpus, "b_memory": rec.memory_mb, "b_disk": rec.disk_mb,
-                      "b_now": models.utcnow()}
-            if rec.numa_topology is not None:
-                params["b_numa"] = rec.numa_topology
-                res = conn.execute(_CLAIM_WITH_NUMA, params)
-            else:
-                res = conn.execute(_CLAIM, params)
-            if res.rowcount != 1:
-                raise ClaimConflict(f"node {rec.node_id} changed or is full")
             if rec.instance_group and rec.group_policy in HARD_POLICIES:
                 _check_group(conn, rec)
             addresses: tuple[str, ...] = ()
@@ -165,8 +163,20 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 spec_id = None      # its allocations were all released meanwhile
             if spec_id is None and rec.request_spec is not None:
                 spec_id = conn.execute(_INSERT_SPEC, {
-                    "spec": rec.request_spec,
-                    "created_at": params["b_now"]}).inserted_primary_key[0]
+                    "spec": rec.request_spec, "created_at": now}).inserted_primary_key[0]
+            params = {"b_id": rec.node_id, "b_seen": rec.seen_generation,
+                      "b_vcpus": rec.vcpus, "b_memory": rec.memory_mb, "b_disk": rec.disk_mb,
+                      "b_now": now}
+            if rec.numa_topology is not None:
+                params["b_numa"] = rec.numa_topology
+                res = conn.execute(_CLAIM_WITH_NUMA, params)
+            else:
+                res = conn.execute(_CLAIM, params)
+            if res.rowcount != 1:
+                raise ClaimConflict(f"node {rec.node_id} changed or is full")
+            # After the node's UPDATE: the foreign key check of this INSERT takes
+            # a shared lock on the node row, and two claims holding it, each
+            # waiting to upgrade it for its UPDATE, deadlock.
             conn.execute(_INSERT_ALLOCATION, {
                 "instance_uuid": rec.instance_uuid, "compute_node_id": rec.node_id,
                 "vcpus": rec.vcpus, "memory_mb": rec.memory_mb, "disk_mb": rec.disk_mb,
@@ -174,7 +184,7 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 "pci_devices": json.dumps(list(addresses)) if addresses else None,
                 "project_id": rec.project_id, "user_id": rec.user_id,
                 "instance_group": rec.instance_group, "request_spec_id": spec_id,
-                "pending": rec.pending, "created_at": params["b_now"]})
+                "pending": rec.pending, "created_at": now})
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
@@ -183,7 +193,24 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
 
 _GROUP_TOUCH = (sa.update(_groups).where(_groups.c.uuid == sa.bindparam("b_group"))
                 .values(generation=_groups.c.generation + 1))
-_GROUP_INSERT = sa.insert(_groups)
+
+def _group_upsert(dialect: str):
+    """Create the group's row or, when a concurrent claim created it first, bump
+    it: one statement, so that a deadlock between two first uses is a plain
+    deadlock that retries the whole claim (a savepoint would be gone with the
+    transaction InnoDB rolled back, and its ROLLBACK fail)."""
+    if dialect in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
+        return mysql.insert(_groups).on_duplicate_key_update(
+            generation=_groups.c.generation + 1)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(_groups).on_conflict_do_update(
+        index_elements=[_groups.c.uuid], set_={"generation": _groups.c.generation + 1})
+
+
+_GROUP_UPSERT = {d: _group_upsert(d) for d in ("mysql", "mariadb", "sqlite")}
 _GROUP_ON_HOST = (sa.select(sa.func.count()).select_from(
     _alloc.join(_cn, _cn.c.id == _alloc.c.compute_node_id))
     .where(_alloc.c.instance_group == sa.bindparam("b_group"),
@@ -197,14 +224,9 @@ _GROUP_ELSEWHERE = (sa.select(_cn.c.host).select_from(
 def _lock_group(conn, group: str) -> None:
     """Take the group's row lock for the rest of the transaction (creating the
     row on first use; a concurrent first use waits, then takes it)."""
-    params = {"b_group": group}
-    if conn.execute(_GROUP_TOUCH, params).rowcount:
+    if conn.execute(_GROUP_TOUCH, {"b_group": group}).rowcount:
         return
-    try:
-        with conn.begin_nested():
-            conn.execute(_GROUP_INSERT, {"uuid": group, "generation": 0})
-    except db_exc.DBDuplicateEntry:
-        conn.execute(_GROUP_TOUCH, params)
+    conn.execute(_GROUP_UPSERT[conn.dialect.name], {"uuid": group, "generation": 0})
 
 
 def _check_group(conn, rec: ClaimRecord) -> None:
@@ -252,7 +274,12 @@ def _release_update(with_numa: bool):
 
 _RELEASE = _release_update(with_numa=False)
 _RELEASE_WITH_NUMA = _release_update(with_numa=True)
-_LOCK_ALLOCATION = (sa.select(_alloc).where(_alloc.c.instance_uuid == sa.bindparam("b_uuid"))
+# The allocation with its shared request spec (one round trip); FOR UPDATE
+# locks both rows (the spec row may be deleted with its last allocation).
+_LOCK_ALLOCATION = (sa.select(_alloc, _specs.c.spec.label("shared_spec"))
+                    .select_from(_alloc.outerjoin(_specs,
+                                                  _specs.c.id == _alloc.c.request_spec_id))
+                    .where(_alloc.c.instance_uuid == sa.bindparam("b_uuid"))
                     .with_for_update())
 _LOCK_NODE = (sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology, _cn.c.generation)
               .where(_cn.c.id == sa.bindparam("b_id")).with_for_update())
@@ -265,7 +292,10 @@ def release(db: Database, instance_uuid: str, *,
     """Free an instance's allocation (usage, NUMA, devices); None if it has none.
 
     ``pending_before``: release it only if it is still pending and was made
-    before that time (the reaper: a confirm that wins the race keeps it)."""
+    before that time (the reaper: a confirm that wins the race keeps it).
+    The allocation row is locked first (two releases of one instance queue
+    there); the node row last, read and written just before the COMMIT, as in
+    ``claim``."""
     from db import pci as db_pci
 
     with db.hot_writer() as conn:
@@ -275,8 +305,19 @@ def release(db: Database, instance_uuid: str, *,
         if pending_before is not None and not (
                 alloc["pending"] and alloc["created_at"] < pending_before):
             return None
-        node = conn.execute(_LOCK_NODE, {"b_id": alloc["compute_node_id"]}).mappings().one()
-        params = {"b_id": node["id"], "b_vcpus": alloc["vcpus"],
+        node_id = alloc["compute_node_id"]
+        addresses: tuple[str, ...] = ()
+        if alloc["pci_devices"]:
+            addresses = tuple(db_pci.release_devices(conn, instance_uuid))
+        conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
+        spec_text = alloc["request_spec"]
+        if alloc["request_spec_id"] is not None:
+            spec_text = alloc["shared_spec"]
+            conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
+        pools = db_pci.pools_for_nodes(conn, [node_id]).get(node_id, ()) \
+            if addresses else None
+        node = conn.execute(_LOCK_NODE, {"b_id": node_id}).mappings().one()
+        params = {"b_id": node_id, "b_vcpus": alloc["vcpus"],
                   "b_memory": alloc["memory_mb"], "b_disk": alloc["disk_mb"],
                   "b_now": models.utcnow()}
         numa_after = None
@@ -286,18 +327,7 @@ def release(db: Database, instance_uuid: str, *,
             conn.execute(_RELEASE_WITH_NUMA, params)
         else:
             conn.execute(_RELEASE, params)
-        addresses: tuple[str, ...] = ()
-        pools = None
-        if alloc["pci_devices"]:
-            addresses = tuple(db_pci.release_devices(conn, instance_uuid))
-            pools = db_pci.pools_for_nodes(conn, [node["id"]]).get(node["id"], ())
-        conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
-        spec_text = alloc["request_spec"]
-        if alloc["request_spec_id"] is not None:
-            spec_text = conn.execute(sa.select(_specs.c.spec).where(
-                _specs.c.id == alloc["request_spec_id"])).scalar()
-            conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
-    return Released(instance_uuid=instance_uuid, node_id=node["id"], host=node["host"],
+    return Released(instance_uuid=instance_uuid, node_id=node_id, host=node["host"],
                     vcpus=alloc["vcpus"], memory_mb=alloc["memory_mb"],
                     disk_mb=alloc["disk_mb"], numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=spec_text,

@@ -14,6 +14,7 @@ earlier ones on a private copy of the columns.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -77,9 +78,10 @@ filter_scheduler_opts = [
                       "concurrent workers and schedulers seldom claim the same host "
                       "at once (fewer claim conflicts) at a small cost in packing. "
                       "A weight is a sum of weigher values normalised to 0..1 times "
-                      "their multipliers: 0.01 is 1%% of one weigher's range. Unset: "
-                      "0.01 when [DEFAULT] workers is above 1, else 0. 0: always the "
-                      "best host first (deterministic)." % 16),
+                      "their multipliers: 0.1 is 10%% of one weigher's range. The "
+                      "workers of one daemon each prefer their own share of the "
+                      "near-best hosts. Unset: 0.1 when [scheduler] workers is above 1, "
+                      "else 0. 0: always the best host first (deterministic)." % 16),
 ]
 scheduler_opts = [
     cfg.IntOpt("max_attempts", default=3, min=1,
@@ -167,6 +169,10 @@ class _Request:
         self.deadline.check(index)
 
 
+#: ``pending_before`` that any pending claim is older than.
+_FAR_FUTURE = datetime.datetime(9999, 1, 1)
+
+
 class _AlreadyPlaced(Exception):
     """A claim found its instance holding an allocation already."""
 
@@ -207,6 +213,9 @@ class FilterScheduler:
             host_manager.load_pci_pools = any(f.name == "PciPassthroughFilter"
                                               for f in self.filters)
         self._rng = random.Random(seed)
+        #: (this worker's index, workers of the daemon) when there are several:
+        #: among the near-best hosts each worker prefers its own share.
+        self.partition: tuple[int, int] | None = None
 
     @staticmethod
     def _parse_aliases(raw: list[str]) -> Mapping:
@@ -249,6 +258,14 @@ class FilterScheduler:
         ``pending`` the claims stay pending until ``confirm``; a pending claim
         older than ``[scheduler] claim_ttl`` is released by the reaper.
         """
+        return self._select(spec, instance_uuids, return_alternates, dry_run, pending,
+                            resume=True)
+
+    def _select(self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
+                return_alternates: bool, dry_run: bool, pending: bool, *, resume: bool
+                ) -> list[list[Selection]]:
+        """``resume``: a retry of a request whose first try stopped part-way may
+        place the instances that try did not (once: not when resuming)."""
         timings = metrics.SelectTimings()
         timeout = self.conf.scheduler.request_timeout
         deadline = Deadline(timeout, _clock)
@@ -295,7 +312,8 @@ class FilterScheduler:
             outcome = "placed"
         except _AlreadyPlaced as e:
             self._undo(claimed, req.pending)
-            earlier = self._earlier_placements(spec, uuids, pending) if not claimed else None
+            earlier = self._earlier_placements(spec, uuids, pending, resume) \
+                if not claimed else None
             if earlier is None:
                 outcome = "invalid request"
                 raise exception.InvalidRequest(
@@ -303,7 +321,7 @@ class FilterScheduler:
             outcome, results = "placed earlier", earlier
         except exception.NoValidHost as e:
             self._undo(claimed, req.pending)
-            earlier = self._earlier_placements(spec, uuids, pending) if named else None
+            earlier = self._earlier_placements(spec, uuids, pending, resume) if named else None
             if earlier is None:
                 outcome = "no valid host"
                 LOG.info("No valid host for request (%d instances): %s", spec.num_instances,
@@ -332,20 +350,31 @@ class FilterScheduler:
         return results
 
     def release(self, instance_uuid: str, *,
-                pending_before: datetime.datetime | None = None) -> bool:
+                pending_before: datetime.datetime | None = None,
+                why: str = "its claim was not confirmed within [scheduler] claim_ttl"
+                ) -> bool:
         """Free the instance's allocation; False if it held none (idempotent).
-        ``pending_before``: only if it is still pending and older (the reaper)."""
-        released = claims.release(self.db, instance_uuid, pending_before=pending_before)
-        if released is None:
-            return False
-        self.host_manager.note_released(instance_uuid)
-        if not self.host_manager.apply_release(released):
-            self.host_manager.refresh_nodes([released.node_id])
+        ``pending_before``: only if it is still pending and older (the reaper,
+        which logs ``why``)."""
+        hm = self.host_manager
+        # Under the cached host's lock, as a claim: this worker's claims of the
+        # host wait until the cache has the release (else they would claim with
+        # the generation the release just moved past, and conflict).
+        node_id = hm.instance_nodes([instance_uuid]).get(instance_uuid)
+        cached = hm.get(node_id) if node_id is not None else None
+        with cached.lock() if cached is not None else contextlib.nullcontext():
+            released = claims.release(self.db, instance_uuid, pending_before=pending_before)
+            if released is None:
+                return False
+            hm.note_released(instance_uuid)
+            applied = hm.apply_release(released, locked=cached is not None
+                                       and cached.node_id == released.node_id)
+        if not applied:
+            hm.refresh_nodes([released.node_id])
         if pending_before is None:
             LOG.info("Released %s from %s", instance_uuid, released.host)
         else:
-            LOG.warning("Released %s from %s: its claim was not confirmed within "
-                        "[scheduler] claim_ttl", instance_uuid, released.host)
+            LOG.warning("Released %s from %s: %s", instance_uuid, released.host, why)
         return True
 
     def confirm(self, instance_uuids: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -376,37 +405,63 @@ class FilterScheduler:
                                         pending=pending)[0]
 
     # -- steps -------------------------------------------------------------
-    def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str], pending: bool
-                            ) -> list[list[Selection]] | None:
+    def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str], pending: bool,
+                            resume: bool) -> list[list[Selection]] | None:
         """A retry of a request that was placed already (its reply was lost): when
         every instance holds an allocation made for this same request, those
-        placements (weight 0, no alternates); None when none holds one. Any
-        other mix is refused, and nothing is claimed twice. Unless the caller
-        confirms (``pending``), the claims are confirmed now."""
+        placements (weight 0, no alternates); None when none holds one.
+
+        When only some hold one, all made for this same request and still
+        pending, the first try stopped part-way (its worker died, or the
+        database went away during its undo: a request of several instances
+        keeps its claims pending until all are placed): the others are placed
+        now (``resume``), and the whole request answered. Any other mix is
+        refused, and nothing is claimed twice. Unless the caller confirms
+        (``pending``), the claims are confirmed now."""
         held = claims.allocations_for(self.db, uuids)
         if not held:
             return None
         stored = _stored_spec(spec)
-        for uuid in uuids:
-            alloc = held.get(uuid)
-            if alloc is None or alloc["request_spec"] != stored:
-                taken = uuid if alloc is not None else next(iter(held))
-                raise exception.InvalidRequest(field="instance_uuids",
-                                               reason=f"already allocated: {taken}")
-        LOG.info("Request for %s was placed already (a retry): returning those placements",
-                 ", ".join(uuids))
-        if not pending and any(held[uuid]["pending"] for uuid in uuids):
+        missing = [u for u in uuids if u not in held]
+        other = next((u for u in uuids if u in held and held[u]["request_spec"] != stored),
+                     None)
+        if other is None and missing and not (
+                resume and all(alloc["pending"] for alloc in held.values())):
+            other = next(u for u in uuids if u in held)
+        if other is not None:
+            raise exception.InvalidRequest(field="instance_uuids",
+                                           reason=f"already allocated: {other}")
+        placed: dict[str, list[Selection]] = {}
+        if missing:
+            LOG.info("Request for %s was placed in part already (its first try stopped "
+                     "part-way): placing %s", ", ".join(uuids), ", ".join(missing))
+            rest = spec.replace(num_instances=len(missing), instance_uuids=tuple(missing))
+            try:
+                result = self._select(rest, missing, False, False, True, resume=False)
+            except exception.BerthError:
+                # the request failed as a whole: give back what its first try held
+                for uuid in held:
+                    self.release(uuid, pending_before=_FAR_FUTURE,
+                                 why="its request failed when retried")
+                raise
+            placed = dict(zip(missing, result, strict=True))
+        else:
+            LOG.info("Request for %s was placed already (a retry): returning those "
+                     "placements", ", ".join(uuids))
+        if not pending and (placed or any(held[uuid]["pending"] for uuid in uuids)):
             claims.confirm(self.db, uuids)
-        return [[Selection(
-            instance_uuid=uuid, host=held[uuid]["host"],
-            node=held[uuid]["hypervisor_hostname"], node_uuid=held[uuid]["node_uuid"],
-            weight=0.0,
-            allocation={"vcpus": held[uuid]["vcpus"], "memory_mb": held[uuid]["memory_mb"],
-                        "disk_mb": held[uuid]["disk_mb"]},
-            numa_cells=json.loads(held[uuid]["numa_cells"]) if held[uuid]["numa_cells"]
-            else None,
-            pci_devices=tuple(json.loads(held[uuid]["pci_devices"] or "[]")))]
-            for uuid in uuids]
+        return [placed[uuid] if uuid in placed else [self._held_selection(uuid, held[uuid])]
+                for uuid in uuids]
+
+    @staticmethod
+    def _held_selection(uuid: str, alloc: Mapping) -> Selection:
+        return Selection(
+            instance_uuid=uuid, host=alloc["host"], node=alloc["hypervisor_hostname"],
+            node_uuid=alloc["node_uuid"], weight=0.0,
+            allocation={"vcpus": alloc["vcpus"], "memory_mb": alloc["memory_mb"],
+                        "disk_mb": alloc["disk_mb"]},
+            numa_cells=json.loads(alloc["numa_cells"]) if alloc["numa_cells"] else None,
+            pci_devices=tuple(json.loads(alloc["pci_devices"] or "[]")))
 
     def _check_work(self, spec: RequestSpec) -> None:
         """Refuse up front a request whose instances x hosts exceed max_request_work."""
@@ -498,7 +553,7 @@ class FilterScheduler:
                 workers = self.conf.scheduler.workers
             except cfg.NoSuchOptError:      # embedded: no daemon options registered
                 workers = 1
-            return 0.01 if workers > 1 else 0.0
+            return 0.1 if workers > 1 else 0.0
         return spread
 
     def _pick_order(self, weighed: list[tuple[float, HostState]]) -> list[int]:
@@ -516,7 +571,13 @@ class FilterScheduler:
             while near < min(n, NEAR_BEST_MAX) and weighed[near][0] >= floor:
                 near += 1
             if near > 1:
-                order.insert(0, order.pop(self._rng.randrange(near)))
+                mine = range(near)
+                if self.partition is not None:
+                    # workers of one daemon prefer different near-best hosts
+                    index, count = self.partition
+                    mine = [j for j in range(near)
+                            if weighed[j][1].node_id % count == index] or mine
+                order.insert(0, order.pop(self._rng.choice(mine)))
                 return order
         if fs.shuffle_best_same_weighed_hosts and n > 1:
             best = weighed[0][0]

@@ -132,13 +132,14 @@ class HostManager:
         with self._changing(host):
             host.apply(spec, consumed)
 
-    def apply_release(self, released) -> bool:
+    def apply_release(self, released, locked: bool = False) -> bool:
         """Give a persisted release back to the cached host; False when the cache
-        was not exactly at the state before it (then the host is re-read)."""
+        was not exactly at the state before it (then the host is re-read).
+        ``locked``: the caller holds the host's lock."""
         host = self._hosts.get(released.node_id)
         if host is None:
             return False
-        with host.lock(), self._changing(host):
+        with contextlib.nullcontext() if locked else host.lock(), self._changing(host):
             return host.unapply(released)
 
     @contextlib.contextmanager
@@ -246,13 +247,20 @@ class HostManager:
 
     def _with_retry(self, fn) -> None:
         """Run ``fn`` once more on a new connection when the old one was lost."""
+        lost = (db_exc.DBConnectionError, sa_exc.DisconnectionError, sa_exc.OperationalError)
         try:
             fn()
-        except (db_exc.DBConnectionError, sa_exc.DisconnectionError,
-                sa_exc.OperationalError):
-            LOG.warning("Host-state refresh lost its database connection; reconnecting")
+        except lost as e:
             metrics.count_db_error_retried("cache_refresh")
-            fn()
+            try:
+                fn()
+            except lost:
+                # the database does not answer: the RPC layer says so, once per
+                # outage (ServiceUnavailable), not once per request here
+                LOG.debug("Host-state refresh: the database does not answer")
+                raise
+            LOG.info("Host-state refresh lost its database connection (%s); reconnected",
+                     type(e).__name__)
 
     # -- instance / group index, kept in step with consume and release ----
     def note_placed(self, host: HostState, instance_uuid: str, group: str | None,

@@ -19,6 +19,7 @@ import datetime
 import os
 import socket
 import threading
+import time
 import uuid as uuidlib
 
 from oslo_config import cfg
@@ -105,14 +106,25 @@ class ClaimReaper:
         self._thread.start()
 
     def _run(self) -> None:
+        failing_since: float | None = None
         while not self._stop.wait(self.conf.scheduler.reaper_interval):
             try:
                 self.run_once()
             except Exception as e:      # the database away: try again next round
                 self.leader = False
-                LOG.warning("Claim reaper round failed (%s: %s); trying again in %.0f s",
-                            type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "",
-                            self.conf.scheduler.reaper_interval)
+                if failing_since is None:   # one WARNING per outage, not per round
+                    failing_since = time.monotonic()
+                    LOG.warning("Claim reaper round failed (%s: %s); trying again every "
+                                "%g s", type(e).__name__,
+                                str(e).splitlines()[0][:200] if str(e) else "",
+                                self.conf.scheduler.reaper_interval)
+                else:
+                    LOG.debug("Claim reaper round failed again: %s", type(e).__name__)
+                continue
+            if failing_since is not None:
+                LOG.info("Claim reaper rounds work again after %.1f s",
+                         time.monotonic() - failing_since)
+                failing_since = None
 
     def stop(self) -> None:
         """Stop the rounds; a leader gives the lease up so another takes over."""

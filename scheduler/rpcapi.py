@@ -18,6 +18,7 @@ travel is refused locally with ``InvalidRequest`` instead of a transport error.
 """
 from __future__ import annotations
 
+import time
 import uuid as uuidlib
 from typing import Any
 
@@ -90,8 +91,15 @@ class SchedulerAPI:
 
     def _confirmed(self, ctxt, placements: list, uuid_of) -> list:
         """Confirm the placements just received (``confirm="auto"``); sent again
-        on a timeout like the select itself. Raises ClaimExpired when the
-        scheduler no longer holds one of them."""
+        on a timeout or a database outage like the select itself. Raises
+        ClaimExpired when the scheduler no longer holds one of them.
+
+        A request fails as a whole: when the confirm gets no answer, or one of
+        its instances was reaped meanwhile, the others are released (best
+        effort: what cannot be released now stays pending, and the reaper
+        gives it back after ``claim_ttl``) before the error is raised."""
+        from scheduler import exception
+
         uuids = [uuid_of(p) for p in placements]
         if not uuids:
             return placements
@@ -100,16 +108,32 @@ class SchedulerAPI:
             try:
                 answer = self.confirm(ctxt, uuids)
                 break
-            except oslo_messaging.MessagingTimeout:
+            except (oslo_messaging.MessagingTimeout, exception.ServiceUnavailable) as e:
                 if attempt == retries:
+                    self._give_back(ctxt, uuids)
                     raise
-                LOG.warning("confirm for %s timed out; sending it again (%d of %d)",
-                            uuids, attempt + 1, retries)
+                LOG.warning("confirm for %s failed (%s); sending it again (%d of %d)",
+                            uuids, type(e).__name__, attempt + 1, retries)
+                if isinstance(e, exception.ServiceUnavailable):
+                    time.sleep(1.0)
+            except Exception:
+                self._give_back(ctxt, uuids)
+                raise
         if answer.get("unknown"):
-            from scheduler import exception
-
+            self._give_back(ctxt, answer.get("confirmed") or [])
             raise exception.ClaimExpired(instance_uuids=list(answer["unknown"]))
         return placements
+
+    def _give_back(self, ctxt, uuids: list[str]) -> None:
+        """Release the instances of a request that failed after its claims were
+        made (idempotent; failures are left to the reaper)."""
+        for uuid in uuids:
+            try:
+                self.release(ctxt, uuid)
+            except Exception as e:      # noqa: BLE001 - the reaper's, if still pending
+                LOG.warning("could not release %s of a failed request (%s); a pending "
+                            "claim is released by the scheduler after claim_ttl",
+                            uuid, type(e).__name__)
 
     # -- placement --------------------------------------------------------------------
     def select_destinations(self, ctxt, request_spec: dict,

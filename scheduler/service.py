@@ -159,6 +159,8 @@ class SchedulerService:
 
             self._host_manager = HostManager(self._db, self.conf)
             self._scheduler = FilterScheduler(self._host_manager, self.conf)
+            if self.conf.scheduler.workers > 1:
+                self._scheduler.partition = (self.worker, self.conf.scheduler.workers)
             self._preload()
         self.manager = SchedulerManager(self._db, self._scheduler, self.conf,
                                         backend=self.backend, worker=self.worker)

@@ -42,21 +42,30 @@ class Daemon:
 
     def __init__(self, tmp_path, backend: str = "eventlet", workers: int = 1,
                  fleet: dict | None = None, extra: str = "",
+                 share_with: Daemon | None = None,
                  pythonpath: str | None = None) -> None:
-        """``pythonpath``: put first on the daemon's PYTHONPATH (e.g. a
-        directory with a third-party plugin's distribution)."""
+        """``share_with``: another daemon of the same deployment (its database,
+        exchange and topic; the one that made them drops the database).
+        ``pythonpath``: put first on the daemon's PYTHONPATH (e.g. a directory
+        with a third-party plugin's distribution)."""
         services.require_rabbitmq()
         self.tmp_path = tmp_path
         self.pythonpath = pythonpath
         self.backend = backend
         self.workers = workers
         self.run_id = uuid.uuid4().hex[:10]
-        self.topic = f"berth_ft_{self.run_id}"
-        self.exchange = f"berth_ft_{self.run_id}"
-        self.db_name, self.db_url = services.create_mariadb_database()
+        self.owns_database = share_with is None
+        if share_with is None:
+            self.topic = f"berth_ft_{self.run_id}"
+            self.exchange = f"berth_ft_{self.run_id}"
+            self.db_name, self.db_url = services.create_mariadb_database()
+        else:
+            self.topic, self.exchange = share_with.topic, share_with.exchange
+            self.db_name, self.db_url = share_with.db_name, share_with.db_url
         self.db = Database(self.db_url)
-        migration.db_sync(self.db)
-        db_hosts.import_fleet(self.db, fleet_mod.load_fleet(fleet or small_fleet()))
+        if share_with is None:
+            migration.db_sync(self.db)
+            db_hosts.import_fleet(self.db, fleet_mod.load_fleet(fleet or small_fleet()))
         self.config = tmp_path / f"berth-{self.run_id}.conf"
         self.config.write_text(f"""[DEFAULT]
 host = ft-{self.run_id}
@@ -138,7 +147,8 @@ amqp_auto_delete = true
             if self._transport is not None:
                 self._transport.cleanup()
             self.db.dispose()
-            services.drop_mariadb_database(self.db_name)
+            if self.owns_database:
+                services.drop_mariadb_database(self.db_name)
 
     # -- clients ----------------------------------------------------------------------
     def api(self, timeout: float = 30) -> SchedulerAPI:

@@ -87,3 +87,44 @@ def test_processes_with_threads_and_subset(fleet_db):
     db, url = fleet_db
     results = _run_workers(url, "thread", procs=4, threads=8, requests=60, subset=3)
     _assert_consistent(db, results, 240)
+
+
+def test_first_members_of_a_new_group_at_once(fleet_db):
+    """Claims that are the first to use a server group lock it by creating its
+    row. Several at once on MariaDB can deadlock on that insert; the claim must
+    then be retried as a whole (it was an InternalError: the savepoint around
+    the insert was gone with the transaction InnoDB rolled back)."""
+    import threading
+    import uuid as uuidlib
+
+    from db import claims
+    from db.api import retry_on_deadlock
+
+    db, _ = fleet_db
+    failures: list[BaseException] = []
+    for _ in range(5):
+        group = str(uuidlib.uuid4())
+        barrier = threading.Barrier(6)
+
+        @retry_on_deadlock
+        def first_use(group=group):
+            with db.writer_connection() as conn:
+                claims._lock_group(conn, group)
+
+        def member(barrier=barrier, first_use=first_use):
+            barrier.wait()
+            try:
+                first_use()
+            except BaseException as e:      # noqa: BLE001 - reported below
+                failures.append(e)
+
+        threads = [threading.Thread(target=member) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert failures == []
+        with db.reader_connection() as conn:
+            generation = conn.execute(sa.select(models.ServerGroup.generation).where(
+                models.ServerGroup.uuid == group)).scalar_one()
+        assert generation == 5          # created once, then locked by the five others

@@ -107,11 +107,45 @@ def test_refresh_survives_a_lost_database_connection(mariadb_db, conf, caplog,  
         cn = models.ComputeNode.__table__
         conn.execute(sa.update(cn).values(memory_mb=8192, generation=cn.c.generation + 1,
                                           updated_at=models.utcnow()))
-    with caplog.at_level("WARNING", logger="scheduler.host_manager"):
+    with caplog.at_level("INFO", logger="scheduler.host_manager"):
         hm.refresh()        # reconnects and reads the change
     assert hm.hosts_named("h1")[0].memory_mb == 8192
-    assert "lost its database connection" in caplog.text
+    assert "lost its database connection" in caplog.text and "reconnected" in caplog.text
     hm.close()
+
+
+def test_a_database_that_does_not_answer_is_not_logged_per_refresh(mariadb_db, conf,  # noqa: F811
+                                                                  caplog):
+    """During an outage every request's refresh fails: the RPC layer logs the
+    outage once (ServiceUnavailable); the refresh itself says nothing above DEBUG."""
+    from oslo_db import exception as db_exc
+    from sqlalchemy.engine import make_url
+
+    from db.api import Database
+    from tests.services import TcpProxy
+
+    db_hosts.import_fleet(mariadb_db, fleet_mod.load_fleet(
+        {"hosts": [{"host": "h1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10}]}))
+    proxy = TcpProxy(("127.0.0.1", 3306))
+    proxy.start()
+    db = Database(make_url(mariadb_db.url).set(port=proxy.port)
+                  .render_as_string(hide_password=False))
+    hm = HostManager(db, conf)
+    try:
+        hm.refresh()
+        hm.refresh()
+        proxy.stop()            # the database goes away
+        with caplog.at_level("DEBUG", logger="scheduler.host_manager"):
+            for _ in range(3):
+                with pytest.raises(db_exc.DBConnectionError):
+                    hm.refresh()
+        assert not [r for r in caplog.records if r.name == "scheduler.host_manager"
+                    and r.levelname in ("WARNING", "ERROR", "INFO")], caplog.text
+        assert "does not answer" in caplog.text
+    finally:
+        proxy.stop()
+        hm.close()
+        db.dispose()
 
 
 def test_probe_sees_commits_made_after_it_last_ran(any_db, conf):  # noqa: F811

@@ -76,7 +76,32 @@ def test_unset_means_on_only_with_several_workers(db, spread):
     assert len(set(first_picks(db))) > 1
 
 
-@pytest.mark.parametrize("value", [0.0, 0.01])
+def test_workers_of_one_daemon_prefer_their_own_share(db, spread):
+    """With a worker partition, each worker's first pick among the near-best
+    is one of its own hosts (node id modulo the worker count)."""
+    spread(0.01)
+    picks = {}
+    for index in (0, 1):
+        s = scheduler(db, seed=index)
+        s.partition = (index, 2)
+        nodes = {h.host: h.node_id for h in s.host_manager.host_states()}
+        picks[index] = {s.select_destinations(s.parse_request(SPEC), dry_run=True)[0][0].host
+                        for _ in range(60)}
+        assert {nodes[h] % 2 for h in picks[index]} == {index}
+        assert len(picks[index]) > 3
+    assert not picks[0] & picks[1]
+
+
+def test_a_worker_with_no_share_among_the_near_best_takes_any(db, spread):
+    spread(0.01)             # the empty hosts only
+    s = scheduler(db)
+    s.partition = (999, 1000)    # no node id here is 999 modulo 1000
+    picks = {s.select_destinations(s.parse_request(SPEC), dry_run=True)[0][0].host
+             for _ in range(60)}
+    assert len(picks) > 3 and all(h.startswith("e") for h in picks)
+
+
+@pytest.mark.parametrize("value", [0.0, 0.1])
 def test_two_schedulers_racing_place_every_instance_once(db, spread, value):
     """Two schedulers (two workers' caches) place 60 instances at once with real
     threads: every instance placed once, whatever the pick order. (How many

@@ -186,6 +186,41 @@ def test_a_zero_ttl_turns_the_reaper_off(any_db, sched):
         cfg.CONF.clear_override("claim_ttl", group="scheduler")
 
 
+def test_a_failing_reaper_warns_once_per_outage(any_db, sched, ttl, caplog, monkeypatch):
+    """Rounds that fail while the database is away: one WARNING when it starts,
+    one INFO when rounds work again, not a line per round."""
+    import logging
+    import threading
+
+    from oslo_db import exception as db_exc
+
+    cfg.CONF.set_override("reaper_interval", 0.1, group="scheduler")
+    reaper = ClaimReaper(any_db, sched, cfg.CONF)
+    rounds: list[int] = []
+    done = threading.Event()
+
+    def run_once():
+        rounds.append(1)
+        if len(rounds) in (2, 3, 4, 5, 8, 9):        # two outages
+            raise db_exc.DBConnectionError("Can't connect to MySQL server")
+        if len(rounds) >= 11:
+            done.set()
+        return 0
+
+    monkeypatch.setattr(reaper, "run_once", run_once)
+    caplog.set_level(logging.DEBUG, logger="scheduler.reaper")
+    reaper.start()
+    try:
+        assert done.wait(10)
+    finally:
+        reaper.stop()
+    records = [r for r in caplog.records if r.name == "scheduler.reaper"]
+    warnings = [r for r in records if r.levelno == logging.WARNING]
+    back = [r for r in records if r.levelno == logging.INFO and "work again" in r.getMessage()]
+    assert len(warnings) == 2 and len(back) == 2, [r.getMessage() for r in records]
+    assert "DBConnectionError" in warnings[0].getMessage()
+
+
 # -- the RPC method and the client ---------------------------------------------------
 
 def test_confirm_checks_its_arguments(any_db, sched):
@@ -264,3 +299,36 @@ def test_a_capped_client_sends_nothing_new(any_db, daemon):
         assert rows(any_db) == {placed[0]: False}          # held at once, as 1.0 did
     finally:
         cfg.CONF.clear_override("rpc_version_cap", group="scheduler")
+
+
+def test_a_request_whose_confirm_finds_one_instance_reaped_holds_nothing(
+        any_db, sched, daemon, monkeypatch):
+    """One of two instances was reaped before the confirm: the request failed
+    as a whole, so the client gives the other back too (it was an orphan:
+    confirmed, held by nobody)."""
+    real_confirm = daemon.confirm
+
+    def reaped_first(ctxt, uuids):
+        sched.release(uuids[0], pending_before=later(10))     # as the reaper would
+        return real_confirm(ctxt, uuids)
+
+    monkeypatch.setattr(daemon, "confirm", reaped_first)
+    with pytest.raises(exception.ClaimExpired):
+        daemon.select_destinations(None, TWO)
+    assert rows(any_db) == {}
+    assert vcpus_used(any_db) == 0
+
+
+def test_a_confirm_that_gets_no_answer_gives_the_claims_back(any_db, sched, daemon,
+                                                            monkeypatch):
+    tries = []
+
+    def database_away(ctxt, uuids):
+        tries.append(uuids)
+        raise exception.ServiceUnavailable(reason="the database does not answer")
+
+    monkeypatch.setattr(daemon, "confirm", database_away)
+    with pytest.raises(exception.ServiceUnavailable):
+        daemon.select_destinations(None, TWO)
+    assert len(tries) == cfg.CONF.scheduler.select_retries + 1
+    assert rows(any_db) == {}           # released, not left for the reaper

@@ -135,3 +135,67 @@ def test_a_retry_when_its_own_claims_filled_the_fleet(sqlite_db):
     with pytest.raises(exception.NoValidHost):
         s.select_destinations(s.parse_request(SPEC), [str(uuid.uuid4()) for _ in range(2)])
     assert len(_allocations(sqlite_db)) == 2
+
+
+def _pending(db) -> dict[str, bool]:
+    a = models.Allocation.__table__
+    with db.reader_connection() as conn:
+        return {u: bool(p) for u, p in conn.execute(sa.select(a.c.instance_uuid, a.c.pending))}
+
+
+def test_a_retry_of_a_request_stopped_part_way_places_the_rest(sqlite_db, sched, monkeypatch):
+    """The first try claimed one of two instances, then stopped without giving
+    it back (its worker died; here the undo cannot run): the retry keeps that
+    claim and places the other, once."""
+    uuids = [str(uuid.uuid4()) for _ in range(2)]
+    real_place = sched._place_instance
+
+    def dies_at_the_second(req, index, instance_uuid):
+        if index == 1:
+            raise exception.ServiceUnavailable(reason="the database does not answer")
+        return real_place(req, index, instance_uuid)
+
+    monkeypatch.setattr(sched, "_place_instance", dies_at_the_second)
+    monkeypatch.setattr(sched, "_undo", lambda claimed, pending: None)
+    with pytest.raises(exception.ServiceUnavailable):
+        sched.select_destinations(sched.parse_request(SPEC), uuids)
+    assert _pending(sqlite_db) == {uuids[0]: True}      # left pending: the reaper's
+    monkeypatch.undo()
+    first_node = dict(_allocations(sqlite_db))[uuids[0]]
+
+    again = sched.select_destinations(sched.parse_request(SPEC), uuids)
+    assert [sel[0].instance_uuid for sel in again] == uuids
+    assert _pending(sqlite_db) == {uuids[0]: False, uuids[1]: False}
+    assert dict(_allocations(sqlite_db))[uuids[0]] == first_node
+    used = sum(h.vcpus_used for h in sched.host_manager.host_states())
+    assert used == 4                                    # claimed once each
+    # asked once more: all held now, the same placements
+    third = sched.select_destinations(sched.parse_request(SPEC), uuids)
+    assert [sel[0].host for sel in third] == [sel[0].host for sel in again]
+    assert len(_allocations(sqlite_db)) == 2
+
+
+def test_a_resumed_request_that_fails_gives_back_what_it_held(sqlite_db):
+    conf = cfg.CONF
+    conf([], project="berth")
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(
+        {"hosts": [{"host": "only", "vcpus": 4, "memory_mb": 4096, "local_gb": 100,
+                    "cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0}]}))
+    s = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    uuids = [str(uuid.uuid4()) for _ in range(2)]
+    # the first try held the first instance (pending), then stopped
+    s.select_destinations(s.parse_request(dict(SPEC, num_instances=1)), uuids[:1],
+                          pending=True)
+    s.select_destinations(s.parse_request(dict(SPEC, num_instances=1)))   # the last room
+    with pytest.raises(exception.NoValidHost):
+        s.select_destinations(s.parse_request(SPEC), uuids)
+    assert uuids[0] not in _pending(sqlite_db)          # given back at once
+    assert sum(h.vcpus_used for h in s.host_manager.host_states()) == 2
+
+
+def test_a_mix_with_a_confirmed_placement_is_still_refused(sqlite_db, sched):
+    placed = str(uuid.uuid4())
+    sched.select_destinations(sched.parse_request(dict(SPEC, num_instances=1)), [placed])
+    with pytest.raises(exception.InvalidRequest, match="already allocated"):
+        sched.select_destinations(sched.parse_request(SPEC), [placed, str(uuid.uuid4())])
+    assert len(_allocations(sqlite_db)) == 1
