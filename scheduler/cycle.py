@@ -222,15 +222,11 @@ def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns,
     return np.broadcast_to(mask, (cols.n,))
 
 
-#: Paces loops that have no request behind them (no deadline; yields all the same).
-_NO_DEADLINE = Deadline()
-
-
 def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray,
                    reasons: bool = False, deadline: Deadline | None = None) -> None:
     """Fill in ``v``'s unknown answers among ``rows`` (per class, or per host);
     ``reasons``: the screened rows' too (to say why they fail). ``deadline``
-    paces the loop (none: a one-host recheck, a conformance check)."""
+    paces the loop (none: not paced, e.g. a one-host recheck under its lock)."""
     if not len(rows):
         return
     codes = v.codes[rows]
@@ -239,18 +235,21 @@ def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray,
         return
     flt = v.step.flt
     hosts = cols.hosts
-    deadline = deadline or _NO_DEADLINE
     if v.classed is not None:
         _ask_classes(v, cols, unknown, deadline)
         return
     answers = v.answers
-    for r in deadline.paced(unknown.tolist()):
+    for r in _paced(unknown.tolist(), deadline):
         v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
+def _paced(items: list, deadline: Deadline | None):
+    """``items``, paced by ``deadline`` when there is one."""
+    return items if deadline is None else deadline.paced(items)
+
 
 def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
-                 deadline: Deadline) -> None:
+                 deadline: Deadline | None) -> None:
     """Ask one host per class among ``rows`` and give its answer to the class.
 
     An answer is given to the class only when the host's row is current (its
@@ -272,7 +271,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
         if not len(todo):
             return
         _, first = np.unique(column[todo], return_index=True)
-        for r in deadline.paced(todo[first].tolist()):
+        for r in _paced(todo[first].tolist(), deadline):
             host = hosts[r]
             seen = host.version
             if seen % 2 or versions[r] != seen:
@@ -282,7 +281,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
             if host.version == seen:
                 answers.codes[code] = answers.code_of(reason)
         rows = todo
-    for r in deadline.paced(rows[v.codes[rows] == UNKNOWN].tolist()):
+    for r in _paced(rows[v.codes[rows] == UNKNOWN].tolist(), deadline):
         v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
@@ -535,8 +534,8 @@ def raw_weights(w: BaseWeigher, state: Any, cols: HostColumns, rows: np.ndarray,
             raw = np.take(vec, rows, mode="clip")
         else:
             hosts = cols.hosts
-            paced = (deadline or _NO_DEADLINE).paced(rows.tolist())
-            raw = np.fromiter((w.weigh(hosts[i], state) for i in paced),
+            raw = np.fromiter((w.weigh(hosts[i], state)
+                               for i in _paced(rows.tolist(), deadline)),
                               dtype=np.float64, count=n)
     except exception.BerthError:
         raise
