@@ -1,4 +1,5 @@
-"""TLS to the database and to the broker, proven on private throwaway servers
+"""TLS to the database and to the broker, and broker permissions, proven on private
+throwaway servers
 (``tests/tls_servers.py``: a mariadbd and a RabbitMQ node of their own, with
 certificates made by openssl for the run). The shared MariaDB and RabbitMQ are
 not used. These tests skip only when a server binary is missing (also under CI).
@@ -16,6 +17,8 @@ What README "Security and limits" says about TLS is what these tests show:
 * ``ssl_verify_cert``/``ssl_verify_identity`` together with those arguments
   would silently drop the CA (SQLAlchemy passes them to PyMySQL in a form these
   replace): Berth refuses such a URL, naming ``database.connection``.
+* README's RabbitMQ permission lines: a compute-API user places instances,
+  and the broker refuses its admin calls (the admin topic).
 * ``[oslo_messaging_rabbit] ssl = true`` with ``ssl_ca_file`` (and
   ``ssl_cert_file``/``ssl_key_file``) on a TLS-only listener: the daemon,
   ``berth`` and ``berth-manage`` work over TLS (RabbitMQ lists the
@@ -286,3 +289,65 @@ def test_daemon_and_tools_over_tls_broker_and_database(rabbitmq, mariadb, certs,
             raise
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
     assert os.path.exists(conf)
+
+
+def test_broker_permissions_keep_a_compute_api_off_the_admin_topic(rabbitmq, mariadb, certs,
+                                                                   tmp_path):
+    """README's permission lines, run as written on the private node: Berth's
+    own user and vhost, the admin calls on their own topic, and a compute-API
+    user that may place instances but whose admin calls the broker refuses."""
+    rabbitmq.ctl("add_vhost", "berth")
+    rabbitmq.ctl("add_user", "berth", "berth-pw")
+    rabbitmq.ctl("set_permissions", "-p", "berth", "berth", ".*", ".*", ".*")
+    rabbitmq.ctl("add_user", "nova-api", "nova-pw")
+    rabbitmq.ctl("set_permissions", "-p", "berth", "nova-api", "^(reply_|berth).*",
+                 "^(reply_|berth).*", "^reply_.*")
+    rabbitmq.ctl("set_topic_permissions", "-p", "berth", "nova-api", "berth",
+                 r"^(scheduler|reply_.*)(\..*)?$", ".*")
+
+    def config(name: str, user: str, password: str) -> str:
+        path = _config(tmp_path / f"{name}.conf", rabbitmq, mariadb, certs,
+                       topic="scheduler")
+        text = open(path).read().replace(
+            rabbitmq.url(), rabbitmq.url(user, password) + "berth").replace(
+            "control_exchange = berth_tls", "control_exchange = berth").replace(
+            "topic = scheduler\n", "topic = scheduler\nadmin_topic = scheduler_admin\n")
+        open(path, "w").write(text)
+        return path
+
+    berth, nova = config("berth", "berth", "berth-pw"), config("nova", "nova-api", "nova-pw")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET)
+    for argv in (("db", "sync"), ("host", "import", str(fleet))):
+        done = _tool("scheduler.cmd.manage", "--config-file", berth, *argv)
+        assert done.returncode == 0, done.stderr
+    log = open(tmp_path / "daemon.log", "ab")
+    daemon = subprocess.Popen([sys.executable, "-m", "scheduler.cmd.scheduler",
+                               "--config-file", berth], cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT)
+    log.close()
+    try:
+        deadline = time.monotonic() + 60
+        while _tool("scheduler.cmd.client", "--config-file", nova, "--timeout", "5",
+                    "ping").returncode:
+            assert daemon.poll() is None and time.monotonic() < deadline, \
+                (tmp_path / "daemon.log").read_text()[-3000:]
+            time.sleep(1)
+        request = tmp_path / "request.json"
+        request.write_text('{"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}}')
+        placed = _tool("scheduler.cmd.client", "--config-file", nova, "--json", "select",
+                       str(request))
+        assert placed.returncode == 0, placed.stderr
+        assert _tool("scheduler.cmd.client", "--config-file", berth, "hosts").returncode == 0
+        refused = _tool("scheduler.cmd.client", "--config-file", nova, "--timeout", "10",
+                        "hosts")
+        assert refused.returncode == 2, refused.stdout
+        assert "ACCESS_REFUSED - access to topic 'scheduler_admin' in exchange 'berth'" \
+            in refused.stderr, refused.stderr
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
