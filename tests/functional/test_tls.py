@@ -1,7 +1,6 @@
-"""TLS to the database and to the broker, and broker permissions, proven on private
-throwaway servers
-(``tests/tls_servers.py``: a mariadbd and a RabbitMQ node of their own, with
-certificates made by openssl for the run). The shared MariaDB and RabbitMQ are
+"""TLS to the database and to the broker, and broker permissions, proven on
+private throwaway servers (``tests/tls_servers.py``: a mariadbd and a RabbitMQ
+node of their own, with certificates made by openssl for the run). The shared MariaDB and RabbitMQ are
 not used. These tests skip only when a server binary is missing (also under CI).
 
 What README "Security and limits" says about TLS is what these tests show:
