@@ -1,7 +1,8 @@
 """TLS to the database and to the broker, and broker permissions, proven on
 private throwaway servers (``tests/tls_servers.py``: a mariadbd and a RabbitMQ
-node of their own, with certificates made by openssl for the run). The shared MariaDB and RabbitMQ are
-not used. These tests skip only when a server binary is missing (also under CI).
+node of their own, with certificates made by openssl for the run). The shared
+MariaDB and RabbitMQ are not used. These tests skip only when a server binary
+is missing (also under CI).
 
 What README "Security and limits" says about TLS is what these tests show:
 
@@ -25,7 +26,7 @@ What README "Security and limits" says about TLS is what these tests show:
 """
 from __future__ import annotations
 
-import os
+import contextlib
 import subprocess
 import sys
 import time
@@ -52,26 +53,24 @@ def certs(tmp_path_factory):
     return tls_servers.Certificates(str(tmp_path_factory.mktemp("certs")))
 
 
-@pytest.fixture(scope="module")
-def mariadb(certs):
-    tls_servers.require("mariadbd", "mariadb-install-db")
-    server = tls_servers.PrivateMariaDB(certs)
+def _running(server):
     try:
         server.start()
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def mariadb(certs):
+    tls_servers.require("mariadbd", "mariadb-install-db")
+    yield from _running(tls_servers.PrivateMariaDB(certs))
 
 
 @pytest.fixture(scope="module")
 def rabbitmq(certs):
     tls_servers.require("rabbitmq-server", "rabbitmqctl")
-    server = tls_servers.PrivateRabbitMQ(certs)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    yield from _running(tls_servers.PrivateRabbitMQ(certs))
 
 
 def _status(conn, name: str) -> str:
@@ -226,28 +225,46 @@ def _tool(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def test_daemon_and_tools_over_tls_broker_and_database(rabbitmq, mariadb, certs, tmp_path):
-    conf = _config(tmp_path / "berth.conf", rabbitmq, mariadb, certs)
+@contextlib.contextmanager
+def _daemon(conf: str, tmp_path, client_conf: str | None = None):
+    """berth-manage db sync and host import, then berth-scheduler on ``conf``,
+    answering ``berth ping`` (run with ``client_conf``); SIGTERM at the end."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(FLEET)
     for argv in (("db", "sync"), ("host", "import", str(fleet))):
         done = _tool("scheduler.cmd.manage", "--config-file", conf, *argv)
         assert done.returncode == 0, done.stderr
-    log = open(tmp_path / "daemon.log", "ab")
-    daemon = subprocess.Popen([sys.executable, "-m", "scheduler.cmd.scheduler",
-                               "--config-file", conf], cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT)
-    log.close()
+    log_path = tmp_path / "daemon.log"
+    with open(log_path, "ab") as log:
+        daemon = subprocess.Popen([sys.executable, "-m", "scheduler.cmd.scheduler",
+                                   "--config-file", conf], cwd=ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while True:
-            ping = _tool("scheduler.cmd.client", "--config-file", conf, "--timeout", "5",
-                         "ping")
+            ping = _tool("scheduler.cmd.client", "--config-file", client_conf or conf,
+                         "--timeout", "5", "ping")
             if ping.returncode == 0:
                 break
             assert daemon.poll() is None and time.monotonic() < deadline, \
-                (ping.stderr, (tmp_path / "daemon.log").read_text()[-3000:])
+                (ping.stderr, log_path.read_text()[-3000:])
             time.sleep(1)
+        yield
+    finally:
+        daemon.terminate()
+        try:
+            code = daemon.wait(60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+            raise
+    assert code == 0, log_path.read_text()[-3000:]
+    assert "Traceback" not in log_path.read_text()
+
+
+def test_daemon_and_tools_over_tls_broker_and_database(rabbitmq, mariadb, certs, tmp_path):
+    conf = _config(tmp_path / "berth.conf", rabbitmq, mariadb, certs)
+    with _daemon(conf, tmp_path):
         request = tmp_path / "request.json"
         request.write_text('{"flavor": {"vcpus": 2, "memory_mb": 1024, "root_gb": 10}}')
         placed = _tool("scheduler.cmd.client", "--config-file", conf, "--json",
@@ -278,16 +295,6 @@ def test_daemon_and_tools_over_tls_broker_and_database(rabbitmq, mariadb, certs,
             "berth-scheduler: cannot use the message broker ([DEFAULT] transport_url): "
             "localhost:"), lines
         assert "certificate verify failed" in lines[0]
-    finally:
-        daemon.terminate()
-        try:
-            assert daemon.wait(60) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-            raise
-    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
-    assert os.path.exists(conf)
 
 
 def test_broker_permissions_keep_a_compute_api_off_the_admin_topic(rabbitmq, mariadb, certs,
@@ -315,23 +322,7 @@ def test_broker_permissions_keep_a_compute_api_off_the_admin_topic(rabbitmq, mar
         return path
 
     berth, nova = config("berth", "berth", "berth-pw"), config("nova", "nova-api", "nova-pw")
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(FLEET)
-    for argv in (("db", "sync"), ("host", "import", str(fleet))):
-        done = _tool("scheduler.cmd.manage", "--config-file", berth, *argv)
-        assert done.returncode == 0, done.stderr
-    log = open(tmp_path / "daemon.log", "ab")
-    daemon = subprocess.Popen([sys.executable, "-m", "scheduler.cmd.scheduler",
-                               "--config-file", berth], cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT)
-    log.close()
-    try:
-        deadline = time.monotonic() + 60
-        while _tool("scheduler.cmd.client", "--config-file", nova, "--timeout", "5",
-                    "ping").returncode:
-            assert daemon.poll() is None and time.monotonic() < deadline, \
-                (tmp_path / "daemon.log").read_text()[-3000:]
-            time.sleep(1)
+    with _daemon(berth, tmp_path, client_conf=nova):
         request = tmp_path / "request.json"
         request.write_text('{"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}}')
         placed = _tool("scheduler.cmd.client", "--config-file", nova, "--json", "select",
@@ -343,10 +334,3 @@ def test_broker_permissions_keep_a_compute_api_off_the_admin_topic(rabbitmq, mar
         assert refused.returncode == 2, refused.stdout
         assert "ACCESS_REFUSED - access to topic 'scheduler_admin' in exchange 'berth'" \
             in refused.stderr, refused.stderr
-    finally:
-        daemon.terminate()
-        try:
-            daemon.wait(60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
