@@ -151,11 +151,65 @@ def check_zones(session: Session, hosts: Iterable[str]) -> None:
                 reason=f"host {host} in more than one availability zone")
 
 
-def _require_host(session: Session, host: str) -> None:
-    exists = session.scalar(sa.select(models.ComputeNode.id).where(
-        models.ComputeNode.host == host, models.ComputeNode.deleted == 0).limit(1))
-    if exists is None:
-        raise exception.NotFound(kind="Host", name=host)
+def host_names(hosts: object, field: str = "hosts") -> list[str]:
+    """``hosts`` as a list of checked names: InvalidRequest naming ``field[i]``
+    for a bad or repeated one, or ``field`` for an empty list."""
+    if not isinstance(hosts, list | tuple):
+        raise exception.InvalidRequest(f"{field}: expected a list of host names",
+                                       field=field, reason="expected a list of host names")
+    if not hosts:
+        raise exception.InvalidRequest(f"{field}: expected at least one host",
+                                       field=field, reason="expected at least one host")
+    seen: set[str] = set()
+    for i, host in enumerate(hosts):
+        _check_name(f"{field}[{i}]", host)
+        if host in seen:
+            raise exception.InvalidRequest(f"{field}[{i}]: {host} is listed twice",
+                                           field=f"{field}[{i}]",
+                                           reason=f"{host} is listed twice")
+        seen.add(host)
+    return list(hosts)
+
+
+def _among(session: Session, query: sa.Select, column, names: Sequence[str]) -> set[str]:
+    """Which of ``names`` ``query`` (selecting ``column``) returns: one
+    statement, by name for a few, the whole result filtered here for many (an
+    IN list is bounded; the statement count stays constant)."""
+    if len(names) <= IN_CHUNK:
+        query = query.where(column.in_(names))
+    return set(session.scalars(query)).intersection(names)
+
+
+def _unknown_hosts(session: Session, names: Sequence[str]) -> list[str]:
+    """The names of ``names`` that are no live host, in the given order."""
+    nodes = models.ComputeNode
+    live = _among(session, sa.select(nodes.host).where(nodes.deleted == 0).distinct(),
+                  nodes.host, names)
+    return [h for h in names if h not in live]
+
+
+def _members(session: Session, agg_id: int, names: Sequence[str]) -> set[str]:
+    """Which of ``names`` are members of aggregate ``agg_id``."""
+    member = models.AggregateHost
+    return _among(session, sa.select(member.host).where(member.aggregate_id == agg_id),
+                  member.host, names)
+
+
+def _listed(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _require_hosts(session: Session, names: Sequence[str]) -> None:
+    """NotFound naming the first of ``names`` that is no live host."""
+    unknown = _unknown_hosts(session, names)
+    if not unknown:
+        return
+    message = None
+    if len(unknown) > 1:
+        message = (f"Host {unknown[0]} not found ({len(unknown)} unknown hosts: "
+                   f"{_listed(unknown)}).")
+    raise exception.NotFound(message, kind="Host", name=unknown[0])
 
 
 # -- session-level operations (also used by fleet import) --------------------------------
@@ -176,8 +230,8 @@ def create_in_session(session: Session, name: str, availability_zone: str | None
     if availability_zone is not None:
         meta[AZ_KEY] = availability_zone
     set_metadata_in_session(session, agg, meta)
-    for host in hosts or ():
-        add_host_in_session(session, agg, host)
+    if hosts:
+        add_hosts_in_session(session, agg, host_names(list(hosts)))
     return agg
 
 
@@ -202,23 +256,39 @@ def set_metadata_in_session(session: Session, agg: models.Aggregate,
     session.flush()
 
 
-def add_host_in_session(session: Session, agg: models.Aggregate, host: str) -> None:
-    _check_name("host", host)
-    _require_host(session, host)
-    if host in _hosts(session, agg.id):
-        raise exception.Conflict(f"host {host} is already in aggregate {agg.name}",
-                                 reason=f"host {host} already in aggregate {agg.name}")
-    session.add(models.AggregateHost(aggregate_id=agg.id, host=host))
+def add_hosts_in_session(session: Session, agg: models.Aggregate,
+                         names: Sequence[str]) -> None:
+    """Add checked, distinct host ``names`` to ``agg`` in one multi-row insert;
+    nothing is written when one is unknown (NotFound) or a member already
+    (Conflict), each naming the first such host. A constant number of
+    statements whatever the number of hosts."""
+    _require_hosts(session, names)
+    members = _members(session, agg.id, names)
+    if members:
+        already = [h for h in names if h in members]
+        more = f" (and {len(already) - 1} more)" if len(already) > 1 else ""
+        raise exception.Conflict(f"host {already[0]} is already in aggregate {agg.name}{more}",
+                                 reason=f"host {already[0]} already in aggregate {agg.name}")
+    session.execute(models.AggregateHost.__table__.insert(),
+                    [{"aggregate_id": agg.id, "host": h} for h in names])
     _touch(agg)
     session.flush()
 
 
-def remove_host_in_session(session: Session, agg: models.Aggregate, host: str) -> None:
-    deleted = session.execute(sa.delete(models.AggregateHost).where(
-        models.AggregateHost.aggregate_id == agg.id, models.AggregateHost.host == host))
-    if deleted.rowcount == 0:
-        raise exception.NotFound(f"Host {host} is not in aggregate {agg.name}.",
-                                 kind="Host", name=host)
+def remove_hosts_in_session(session: Session, agg: models.Aggregate,
+                            names: Sequence[str]) -> None:
+    """Take distinct host ``names`` out of ``agg``; nothing is removed when one
+    is not a member (NotFound naming the first such host)."""
+    members = _members(session, agg.id, names)
+    absent = [h for h in names if h not in members]
+    if absent:
+        more = f" ({len(absent)} hosts are not: {_listed(absent)})" if len(absent) > 1 else ""
+        raise exception.NotFound(f"Host {absent[0]} is not in aggregate {agg.name}{more}.",
+                                 kind="Host", name=absent[0])
+    member = models.AggregateHost
+    for chunk in chunks(list(names)):
+        session.execute(sa.delete(member).where(member.aggregate_id == agg.id,
+                                                member.host.in_(chunk)))
     _touch(agg)
     session.flush()
 
@@ -230,7 +300,7 @@ def remove_host_everywhere(session: Session, host: str) -> list[str]:
             models.AggregateHost, models.AggregateHost.aggregate_id == models.Aggregate.id)
         .where(models.AggregateHost.host == host, models.Aggregate.deleted == 0)))
     for agg in aggs:
-        remove_host_in_session(session, agg, host)
+        remove_hosts_in_session(session, agg, [host])
     return [a.name for a in aggs]
 
 
@@ -391,22 +461,45 @@ def delete_aggregate(db: Database, name: str) -> None:
         agg.updated_at = now
 
 
-@retry_on_deadlock
 def add_host(db: Database, name: str, host: str) -> dict:
     """Add ``host`` to aggregate ``name`` (Conflict if that puts it in a second zone)."""
+    _check_name("host", host)
+    return _add_hosts(db, name, [host])
+
+
+def add_hosts(db: Database, name: str, hosts: Sequence[str]) -> dict:
+    """Add every one of ``hosts`` to aggregate ``name`` in one transaction, or
+    none: an unknown host (NotFound), a member already or a host the change
+    would put in a second zone (Conflict) is named, and nothing is written."""
+    return _add_hosts(db, name, host_names(hosts))
+
+
+@retry_on_deadlock
+def _add_hosts(db: Database, name: str, names: list[str]) -> dict:
     with db.writer() as session:
         agg = _get(session, name)
-        add_host_in_session(session, agg, host)
-        check_zones(session, [host])
+        add_hosts_in_session(session, agg, names)
+        check_zones(session, names)
         return _to_dict(session, agg)
 
 
-@retry_on_deadlock
 def remove_host(db: Database, name: str, host: str) -> dict:
     """Remove ``host`` from aggregate ``name``."""
+    _check_name("host", host)
+    return _remove_hosts(db, name, [host])
+
+
+def remove_hosts(db: Database, name: str, hosts: Sequence[str]) -> dict:
+    """Remove every one of ``hosts`` from aggregate ``name`` in one
+    transaction, or none (NotFound naming the first that is not a member)."""
+    return _remove_hosts(db, name, host_names(hosts))
+
+
+@retry_on_deadlock
+def _remove_hosts(db: Database, name: str, names: list[str]) -> dict:
     with db.writer() as session:
         agg = _get(session, name)
-        remove_host_in_session(session, agg, host)
+        remove_hosts_in_session(session, agg, names)
         return _to_dict(session, agg)
 
 

@@ -87,6 +87,40 @@ def chunks(values: Sequence, size: int | None = None) -> Iterator[Sequence]:
         yield values[i:i + size]
 
 
+#: PyMySQL's TLS arguments that SQLAlchemy gathers from a MySQL URL into one
+#: ``ssl`` mapping, and the two that PyMySQL takes only as arguments of their own.
+_SSL_MAPPED = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_capath", "ssl_cipher",
+               "ssl_check_hostname")
+_SSL_VERIFY = ("ssl_verify_cert", "ssl_verify_identity")
+
+
+def check_tls_arguments(url: str) -> None:
+    """Refuse a MySQL URL whose TLS arguments would not do what they say:
+    ``ssl_verify_cert`` or ``ssl_verify_identity`` next to ``ssl_ca``,
+    ``ssl_cert``... make PyMySQL rebuild its TLS settings without what
+    SQLAlchemy passed in its ``ssl`` mapping (the CA, the client certificate),
+    so the server is checked against the wrong CAs, or not at all. The error
+    names ``database.connection`` and never shows the URL (it holds a password).
+    """
+    from sqlalchemy.engine import make_url
+
+    from db.errors import InvalidRequest
+
+    try:
+        query = make_url(url).query
+    except sa_exc.ArgumentError:
+        return          # not a URL: oslo.db says so
+    verify = [k for k in _SSL_VERIFY if k in query]
+    mapped = [k for k in _SSL_MAPPED if k in query]
+    if verify and mapped:
+        raise InvalidRequest(
+            field="database.connection",
+            reason=f"{verify[0]} cannot be combined with {', '.join(mapped)}: through "
+                   f"SQLAlchemy it makes PyMySQL drop {mapped[0]}. ssl_ca alone verifies "
+                   "the server's certificate and its host name; add "
+                   "ssl_check_hostname=false to verify the certificate only")
+
+
 def close_quietly(conn: Connection) -> None:
     """Close a connection that may already be gone."""
     try:
@@ -157,6 +191,7 @@ class Database:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._tc = enginefacade.transaction_context()
         if connection.startswith("mysql"):
+            check_tls_arguments(connection)
             for name in ("connect_timeout", "read_timeout"):
                 if f"{name}=" not in connection:
                     connection += ("&" if "?" in connection else "?") + \

@@ -415,8 +415,9 @@ def delete_host(db: Database, name: str, force: bool = False) -> dict:
     """Soft-delete a host's nodes (by host or node name).
 
     Refuses with Conflict while allocations or in-use PCI devices exist, unless
-    ``force``: then those allocations are deleted too. The node's devices are
-    always deleted, and the host leaves its aggregates.
+    ``force``: then those allocations are deleted too, with the stored request
+    specs no other allocation shares. The node's devices are always deleted,
+    and the host leaves its aggregates.
     """
     with db.writer() as session:
         nodes = _nodes_of(session, name, for_update=True)
@@ -433,8 +434,18 @@ def delete_host(db: Database, name: str, force: bool = False) -> dict:
                 f"host {name} has {allocations} allocation(s) and {in_use} PCI device(s) in "
                 f"use; release them first or force the delete",
                 reason=f"host {name} has allocations")
+        # The requests these allocations answered: their stored specs go with
+        # the last allocation that refers to them (as a release does).
+        spec_ids = list(session.scalars(sa.select(models.Allocation.request_spec_id).where(
+            models.Allocation.compute_node_id.in_(ids),
+            models.Allocation.request_spec_id.is_not(None)).distinct()))
         session.execute(sa.delete(models.Allocation).where(
             models.Allocation.compute_node_id.in_(ids)))
+        specs = models.RequestSpecRow
+        for chunk in chunks(spec_ids):
+            session.execute(sa.delete(specs).where(
+                specs.id.in_(chunk),
+                ~sa.exists().where(models.Allocation.request_spec_id == specs.id)))
         devices = session.execute(sa.delete(models.PciDevice).where(
             models.PciDevice.compute_node_id.in_(ids))).rowcount
         now = models.utcnow()

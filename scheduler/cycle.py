@@ -21,6 +21,10 @@ per-host ones on the survivors only (Nomad's stack order); the explanation
 walks the filters in their configured order over the same answers, asking
 what the fast order skipped. Every answer is checked against the contract in
 one place (``_checked``), so a bad plugin fails the same way on every path.
+
+The request's :class:`scheduler.deadline.Deadline` paces every loop over hosts
+or classes of hosts and every step (filter or weigher): a request past its
+deadline stops there, and a long one lets the other requests of its worker run.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import numpy as np
 from oslo_log import log as logging
 
 from scheduler import exception
+from scheduler.deadline import Deadline
 from scheduler.explanation import Explanation
 from scheduler.filters import BaseHostFilter
 from scheduler.host_classes import PASS, SCREENED, UNKNOWN, ClassAnswers
@@ -218,9 +223,10 @@ def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns,
 
 
 def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray,
-                   reasons: bool = False) -> None:
+                   reasons: bool = False, deadline: Deadline | None = None) -> None:
     """Fill in ``v``'s unknown answers among ``rows`` (per class, or per host);
-    ``reasons``: the screened rows' too (to say why they fail)."""
+    ``reasons``: the screened rows' too (to say why they fail). ``deadline``
+    paces the loop (none: not paced, e.g. a one-host recheck under its lock)."""
     if not len(rows):
         return
     codes = v.codes[rows]
@@ -230,14 +236,20 @@ def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray,
     flt = v.step.flt
     hosts = cols.hosts
     if v.classed is not None:
-        _ask_classes(v, cols, unknown)
+        _ask_classes(v, cols, unknown, deadline)
         return
     answers = v.answers
-    for r in unknown.tolist():
+    for r in _paced(unknown.tolist(), deadline):
         v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
-def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
+def _paced(items: list, deadline: Deadline | None):
+    """``items``, paced by ``deadline`` when there is one."""
+    return items if deadline is None else deadline.paced(items)
+
+
+def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
+                 deadline: Deadline | None) -> None:
     """Ask one host per class among ``rows`` and give its answer to the class.
 
     An answer is given to the class only when the host's row is current (its
@@ -259,7 +271,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
         if not len(todo):
             return
         _, first = np.unique(column[todo], return_index=True)
-        for r in todo[first].tolist():
+        for r in _paced(todo[first].tolist(), deadline):
             host = hosts[r]
             seen = host.version
             if seen % 2 or versions[r] != seen:
@@ -269,7 +281,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray) -> None:
             if host.version == seen:
                 answers.codes[code] = answers.code_of(reason)
         rows = todo
-    for r in rows[v.codes[rows] == UNKNOWN].tolist():
+    for r in _paced(rows[v.codes[rows] == UNKNOWN].tolist(), deadline):
         v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
@@ -279,11 +291,13 @@ class Cycle:
     """One request over one snapshot of the host columns."""
 
     def __init__(self, steps: Sequence[Step], weighers: Sequence[BaseWeigher],
-                 cols: HostColumns, keep: int) -> None:
+                 cols: HostColumns, keep: int, deadline: Deadline | None = None) -> None:
         self.steps = tuple(steps)
         self.weighers = tuple(weighers)
         self.cols = cols
         self.keep = keep
+        #: The request's deadline: paces the loops and steps below.
+        self.deadline = deadline or Deadline()
         #: Vector steps first, then the others, each group in configured order.
         self._run_order = tuple(sorted(self.steps, key=lambda s: (s.kind != VECTOR,
                                                                   s.position)))
@@ -300,6 +314,7 @@ class Cycle:
     def start_instance(self, request: RequestContext, again: bool = False) -> None:
         """Forget the previous instance's answers (but the once-per-request ones);
         ``again``: this instance starts over (its world changed)."""
+        self.deadline.index = request.index
         if again or request.index != self._index:
             self._index = request.index
             self._verdicts = {p: v for p, v in self._verdicts.items()
@@ -353,7 +368,9 @@ class Cycle:
         asked = []
         left = n
         seconds = self.filter_seconds
+        deadline = self.deadline
         for step in _timed(self._run_order, seconds):
+            deadline.pace()
             v = self.verdicts(step, request)
             if v is SKIP:
                 continue
@@ -374,7 +391,7 @@ class Cycle:
             if left == 0:
                 break
             started = perf_counter()
-            ensure_answers(v, self.cols, rows)
+            ensure_answers(v, self.cols, rows, deadline=deadline)
             rows = rows[v.codes[rows] == PASS]
             name = v.step.name
             seconds[name] = seconds.get(name, 0.0) + perf_counter() - started
@@ -391,10 +408,11 @@ class Cycle:
             rows = np.flatnonzero(alive)
             if not len(rows):
                 break
+            self.deadline.pace()
             v = self.verdicts(step, request)
             if v is SKIP:
                 continue
-            ensure_answers(v, self.cols, rows, reasons=True)
+            ensure_answers(v, self.cols, rows, reasons=True, deadline=self.deadline)
             codes = v.codes[rows]
             refused = codes > PASS
             if refused.any():
@@ -435,14 +453,16 @@ class Cycle:
         n = len(rows)
         totals = np.zeros(n, dtype=np.float64)
         if n > 1:
+            deadline = self.deadline
             for w in _timed(self.weighers, self.weigher_seconds):
+                deadline.pace()
                 multiplier = weigh_multiplier(w, cols, rows)
                 if np.isscalar(multiplier) and multiplier == 0.0:
                     continue        # adds 0 × weight to every host
                 state = w.prepare(request)
                 if state is SKIP:
                     continue
-                raw = raw_weights(w, state, cols, rows)
+                raw = raw_weights(w, state, cols, rows, deadline)
                 if raw is None:
                     continue        # the same weight everywhere: normalises to 0
                 lo, hi = raw.min(), raw.max()
@@ -493,10 +513,10 @@ def weigh_multiplier(w: BaseWeigher, cols: HostColumns, rows: np.ndarray):
     return np.where(present, values[rows], base)
 
 
-def raw_weights(w: BaseWeigher, state: Any, cols: HostColumns,
-                rows: np.ndarray) -> np.ndarray | None:
+def raw_weights(w: BaseWeigher, state: Any, cols: HostColumns, rows: np.ndarray,
+                deadline: Deadline | None = None) -> np.ndarray | None:
     """The weigher's raw weights of ``rows`` as a new float64 array, or None when
-    every host weighs the same."""
+    every host weighs the same (a per-host weigher paced by ``deadline``)."""
     n = len(rows)
     try:
         if w.has_vector:
@@ -514,7 +534,8 @@ def raw_weights(w: BaseWeigher, state: Any, cols: HostColumns,
             raw = np.take(vec, rows, mode="clip")
         else:
             hosts = cols.hosts
-            raw = np.fromiter((w.weigh(hosts[i], state) for i in rows.tolist()),
+            raw = np.fromiter((w.weigh(hosts[i], state)
+                               for i in _paced(rows.tolist(), deadline)),
                               dtype=np.float64, count=n)
     except exception.BerthError:
         raise
@@ -560,8 +581,9 @@ class LazyWeighed(list):
         if self._totals is None:
             return
         totals = self._totals
-        rest = np.array([i for i in range(len(totals)) if i not in self._taken],
-                        dtype=np.intp)
+        left = np.ones(len(totals), dtype=bool)
+        left[list(self._taken)] = False
+        rest = np.flatnonzero(left)
         if len(rest):
             order = rest[np.argsort(-totals[rest], kind="stable")]
             self.extend((float(totals[i]), self._hosts[self._rows[i]]) for i in order)

@@ -31,6 +31,7 @@ from db import claims
 from db.models import utcnow
 from scheduler import cycle as cycles
 from scheduler import exception, metrics
+from scheduler.deadline import Deadline
 from scheduler.explanation import Explanation
 from scheduler.filters import FILTER_NAMESPACE
 from scheduler.host_manager import HostManager
@@ -153,9 +154,8 @@ class _Request:
     timings: metrics.SelectTimings
     #: Members placed by this request that the cache does not count (dry runs).
     local_group: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    #: ``time.perf_counter()`` past which the request fails (inf: no deadline).
-    deadline: float = float("inf")
-    timeout: float = 0.0
+    #: When the request fails with RequestTimeout; also paces the cycle's loops.
+    deadline: Deadline = dataclasses.field(default_factory=Deadline)
     #: The spec as stored with the allocations, and its row once the first claim wrote it.
     stored_spec: str | None = None
     spec_row_id: int | None = None
@@ -166,8 +166,7 @@ class _Request:
 
     def check_deadline(self, index: int) -> None:
         """One clock read: raise RequestTimeout once the deadline has passed."""
-        if _clock() > self.deadline:
-            raise exception.RequestTimeout(timeout=self.timeout, instance_index=index)
+        self.deadline.check(index)
 
 
 #: ``pending_before`` that any pending claim is older than.
@@ -269,7 +268,7 @@ class FilterScheduler:
         place the instances that try did not (once: not when resuming)."""
         timings = metrics.SelectTimings()
         timeout = self.conf.scheduler.request_timeout
-        deadline = _clock() + timeout if timeout > 0 else float("inf")
+        deadline = Deadline(timeout, _clock)
         uuids = self._instance_uuids(spec, instance_uuids)
         # Named instances may hold allocations already: a retry after a lost
         # reply. That shows as a duplicate claim, or as no room left (the
@@ -283,8 +282,8 @@ class FilterScheduler:
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
         req = _Request(spec=spec, dry_run=dry_run, group=group, timings=timings,
                        cycle=cycles.Cycle(self.steps, self.weighers,
-                                          self.host_manager.columns, keep),
-                       deadline=deadline, timeout=timeout,
+                                          self.host_manager.columns, keep, deadline),
+                       deadline=deadline,
                        pending=pending or len(uuids) > 1)
         timings.hosts = req.cycle.cols.n
         outcome = "error"
@@ -609,7 +608,7 @@ class FilterScheduler:
                     break
             weight, host = weighed[order[pos]]
             if pos:
-                req.check_deadline(request.index)
+                req.deadline.pace()     # and let other requests run between claims
             pos += 1
             consumed = self._try_consume(req, host, request.index, instance_uuid, refused)
             if consumed is None:

@@ -362,7 +362,8 @@ class SchedulerManager:
     @_expected
     def release(self, ctxt, instance_uuid) -> bool:
         instance_uuid = _uuid(instance_uuid, "instance_uuid")
-        self._authorize_instance(ctxt, "release", instance_uuid)
+        if not self._may_act_on(ctxt, "release", instance_uuid):
+            return False        # as for an instance that holds nothing
         return bool(self.scheduler.release(instance_uuid))
 
     @_expected
@@ -374,12 +375,22 @@ class SchedulerManager:
         if not uuids:
             raise exception.InvalidRequest(field="instance_uuids",
                                            reason="expected at least one UUID")
+        hidden: set[str] = set()
         if self.policy.enabled:     # once per project the instances belong to
             held = claims.allocations_for(self.db, uuids)
             mine = getattr(ctxt, "project_id", None)
             for project in {held[u]["project_id"] if u in held else mine for u in uuids}:
-                self.policy.authorize(ctxt, "confirm", {"project_id": project})
-        confirmed, unknown = self.scheduler.confirm(uuids)
+                if self.policy.allows(ctxt, "confirm", {"project_id": project}):
+                    continue
+                if project == mine:
+                    raise exception.Forbidden(rule="berth:confirm")
+                # another project's: answered as instances that hold nothing
+                hidden.update(u for u in uuids if u in held
+                              and held[u]["project_id"] == project)
+        confirmed, unknown = self.scheduler.confirm([u for u in uuids if u not in hidden])
+        if hidden:
+            gone = hidden.union(unknown)
+            unknown = [u for u in uuids if u in gone]
         return {"confirmed": confirmed, "unknown": unknown}
 
     @_expected
@@ -387,20 +398,31 @@ class SchedulerManager:
         instance_uuid = _uuid(instance_uuid, "instance_uuid")
         failed_host = _name(failed_host, "failed_host")
         pending = _bool(pending, "pending")
-        self._authorize_instance(ctxt, "reschedule", instance_uuid)
+        if not self._may_act_on(ctxt, "reschedule", instance_uuid):
+            # as for an instance that holds nothing (FilterScheduler.reschedule)
+            raise exception.NotFound(kind="Allocation", name=instance_uuid)
         kw = {"pending": True} if pending else {}
         return [s.to_primitive()
                 for s in self.scheduler.reschedule(instance_uuid, failed_host, **kw)]
 
-    def _authorize_instance(self, ctxt, method: str, instance_uuid: str) -> None:
-        """The policy check of a call on one instance, against its project. An
-        instance that holds nothing is checked against the caller's own project,
-        so a refusal never tells whether (or where) another project's runs."""
+    def _may_act_on(self, ctxt, method: str, instance_uuid: str) -> bool:
+        """The policy check of a call on one instance, against its project.
+
+        False for an instance of another project the rules refuse the caller:
+        the call answers as for an instance that holds nothing, so the answer
+        tells neither whether nor where another project's instance runs.
+        Forbidden when the rules refuse the caller on its own project (an
+        instance that holds nothing counts as the caller's)."""
         if not self.policy.enabled:
-            return
+            return True
         alloc = claims.get_allocation(self.db, instance_uuid)
-        project = alloc["project_id"] if alloc else getattr(ctxt, "project_id", None)
-        self.policy.authorize(ctxt, method, {"project_id": project})
+        mine = getattr(ctxt, "project_id", None)
+        project = alloc["project_id"] if alloc else mine
+        if self.policy.allows(ctxt, method, {"project_id": project}):
+            return True
+        if project != mine:
+            return False
+        raise exception.Forbidden(rule=f"berth:{method}")
 
     @staticmethod
     def _instance_uuids(value: Any) -> list[str] | None:
@@ -540,14 +562,27 @@ class SchedulerManager:
         return True
 
     @_expected
-    def aggregate_add_host(self, ctxt, name, host) -> dict:
-        return _primitive(aggregates.add_host(self.db, _name(name, "name"),
-                                              _name(host, "host")))
+    def aggregate_add_host(self, ctxt, name, host=None, hosts=None) -> dict:
+        """Add ``host`` (1.0), or every one of ``hosts`` (1.1) in one
+        transaction: nothing is written when one is unknown (NotFound), a
+        member already or would be in a second zone (Conflict), each naming
+        the host."""
+        name = _name(name, "name")
+        members = self._members(host, hosts)
+        if hosts is None:
+            return _primitive(aggregates.add_host(self.db, name, members[0]))
+        return _primitive(aggregates.add_hosts(self.db, name, members))
 
     @_expected
-    def aggregate_remove_host(self, ctxt, name, host) -> dict:
-        return _primitive(aggregates.remove_host(self.db, _name(name, "name"),
-                                                 _name(host, "host")))
+    def aggregate_remove_host(self, ctxt, name, host=None, hosts=None) -> dict:
+        """Remove ``host`` (1.0), or every one of ``hosts`` (1.1) in one
+        transaction: nothing is removed when one is not a member (NotFound
+        naming it)."""
+        name = _name(name, "name")
+        members = self._members(host, hosts)
+        if hosts is None:
+            return _primitive(aggregates.remove_host(self.db, name, members[0]))
+        return _primitive(aggregates.remove_hosts(self.db, name, members))
 
     @_expected
     def aggregate_set_metadata(self, ctxt, name, metadata) -> dict:
@@ -567,6 +602,19 @@ class SchedulerManager:
             raise exception.InvalidRequest(field="hosts",
                                            reason=f"more than {MAX_AGGREGATE_HOSTS} hosts")
         return [_name(h, f"hosts[{i}]") for i, h in enumerate(value)]
+
+    @classmethod
+    def _members(cls, host: Any, hosts: Any) -> list[str]:
+        """The hosts of a membership call: ``host`` or ``hosts``, exactly one."""
+        if hosts is None:
+            if host is None:
+                raise exception.InvalidRequest(field="host",
+                                               reason="expected host (or a list in hosts)")
+            return [_name(host, "host")]
+        if host is not None:
+            raise exception.InvalidRequest(field="hosts",
+                                           reason="give host or hosts, not both")
+        return aggregates.host_names(cls._host_list(hosts))
 
     # -- reading ----------------------------------------------------------------------
     @_expected

@@ -85,7 +85,22 @@ rpc_opts = [
                     "caller gives none, so that a retry can name them."),
 ]
 
-LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts)]
+caller_opts = [
+    cfg.ListOpt("caller_roles", default=["service"],
+                help="Roles of the request context this process's calls carry when "
+                     "the caller gives none (berth, berth-agent, a compute API that "
+                     "uses scheduler.rpcapi without its own contexts), read by the "
+                     "daemon's policy rules ([scheduler] enforce_policy): admin or "
+                     "service may do everything; give an operator's berth 'admin', "
+                     "a tool that should only place and release its own project's "
+                     "instances e.g. 'member' with caller_project_id. A caller that "
+                     "acts for a user passes the user's context instead."),
+    cfg.StrOpt("caller_project_id",
+               help="Project of the request context this process's calls carry when "
+                    "the caller gives none (see caller_roles). Unset: none."),
+]
+
+LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts + caller_opts)]
 
 #: Who calls what: the compute API places and frees instances; operators and host
 #: agents report hosts and edit aggregates. ``ping`` is served on both topics.
@@ -104,7 +119,68 @@ def admin_topic(conf: cfg.ConfigOpts = cfg.CONF) -> str | None:
     return topic if topic and topic != conf.scheduler.topic else None
 
 cfg.CONF.register_opts(server_opts)
-cfg.CONF.register_opts(rpc_opts, group="scheduler")
+cfg.CONF.register_opts(rpc_opts + caller_opts, group="scheduler")
+
+
+def broker_addresses(conf: cfg.ConfigOpts, url: str | None = None) -> list[tuple[str, int]]:
+    """(host, port) of each RabbitMQ broker of ``url`` (default: ``[DEFAULT]
+    transport_url``); none for other transports."""
+    parsed = oslo_messaging.TransportURL.parse(conf, url or conf.transport_url)
+    if parsed.transport not in ("rabbit", "kombu", "amqp"):
+        return []
+    default_port = 5672
+    return [(h.hostname or "127.0.0.1", h.port or default_port) for h in parsed.hosts] \
+        or [("127.0.0.1", default_port)]
+
+
+class BrokerTLSError(ConnectionError):
+    """A broker answered but the TLS handshake the rabbit driver would make with
+    it failed: a configuration error (wrong CA, a host name the certificate does
+    not carry, a port without TLS), which the driver would retry for ever."""
+
+
+def check_broker_tls(conf: cfg.ConfigOpts, url: str | None = None,
+                     timeout: float = 5.0) -> None:
+    """With ``[oslo_messaging_rabbit] ssl`` and ``ssl_ca_file``: make the
+    handshake the rabbit driver will make with each broker (that CA, the
+    client certificate, the host name checked when the URL names one host)
+    and raise BrokerTLSError saying why it failed. A broker that does not
+    accept the TCP connection is left to the driver's retries."""
+    import ssl
+
+    import oslo_messaging.opts
+
+    for group, opts in oslo_messaging.opts.list_opts():
+        if group == "oslo_messaging_rabbit":
+            conf.register_opts(opts, group=group)     # as the driver will
+    rabbit = conf.oslo_messaging_rabbit
+    if not rabbit.ssl or not rabbit.ssl_ca_file:
+        return
+    addresses = broker_addresses(conf, url)
+    try:
+        context = ssl.create_default_context(cafile=rabbit.ssl_ca_file)
+        if rabbit.ssl_cert_file:
+            context.load_cert_chain(rabbit.ssl_cert_file, rabbit.ssl_key_file or None)
+    except (OSError, ssl.SSLError) as e:
+        raise BrokerTLSError(f"[oslo_messaging_rabbit] ssl_ca_file, ssl_cert_file or "
+                             f"ssl_key_file cannot be used: {e}") from None
+    context.check_hostname = len(addresses) == 1      # as oslo.messaging does
+    failed = []
+    for host, port in addresses:
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError:
+            continue
+        try:
+            with context.wrap_socket(sock, server_hostname=host):
+                return
+        except (OSError, ssl.SSLError) as e:
+            failed.append(f"{host}:{port}: TLS handshake failed: {e}")
+        finally:
+            sock.close()
+    if failed:
+        raise BrokerTLSError("; ".join(failed) + " (see [oslo_messaging_rabbit] "
+                             "ssl_ca_file and [DEFAULT] transport_url)")
 
 
 def get_transport(conf: cfg.ConfigOpts = cfg.CONF,
@@ -142,8 +218,12 @@ def get_client(transport: oslo_messaging.Transport, topic: str, *,
         serializer=ContextSerializer())
 
 
-def new_context(**kw: Any) -> oslo_context.RequestContext:
-    """A request context for a call; carries the request id into the daemon's logs."""
+def new_context(conf: cfg.ConfigOpts = cfg.CONF, **kw: Any) -> oslo_context.RequestContext:
+    """A request context for a call made on this process's own behalf: the
+    configured ``[scheduler] caller_roles`` and ``caller_project_id`` unless
+    ``kw`` gives others; carries the request id into the daemon's logs."""
+    kw.setdefault("roles", list(conf.scheduler.caller_roles))
+    kw.setdefault("project_id", conf.scheduler.caller_project_id)
     return oslo_context.RequestContext(**kw)
 
 

@@ -6,7 +6,9 @@ API versions:
   report_pci_devices, aggregate_create/update/delete/add_host/remove_host/
   set_metadata/list, list_hosts, show_host, ping.
 * 1.1 - heartbeat (berth-agent), capacity, confirm; ``pending`` on
-  select_destinations and reschedule (claims held until confirmed). With
+  select_destinations and reschedule (claims held until confirmed); ``hosts``
+  on aggregate_add_host and aggregate_remove_host (several hosts, one
+  transaction). With
   ``[scheduler] rpc_version_cap = 1.0`` the client sends none of them and its
   placements are confirmed at once, as a 1.0 daemon makes them.
 
@@ -251,11 +253,35 @@ class SchedulerAPI:
     def aggregate_delete(self, ctxt, name: str) -> bool:
         return self._call(ctxt, "aggregate_delete", name=name)
 
-    def aggregate_add_host(self, ctxt, name: str, host: str) -> dict:
-        return self._call(ctxt, "aggregate_add_host", name=name, host=host)
+    def aggregate_add_host(self, ctxt, name: str, host: str | None = None,
+                           hosts: list[str] | None = None) -> dict:
+        """Add ``host``, or every one of ``hosts`` in one transaction (all or
+        none; RPC 1.1)."""
+        return self._call(ctxt, "aggregate_add_host", **self._membership(name, host, hosts))
 
-    def aggregate_remove_host(self, ctxt, name: str, host: str) -> dict:
-        return self._call(ctxt, "aggregate_remove_host", name=name, host=host)
+    def aggregate_remove_host(self, ctxt, name: str, host: str | None = None,
+                              hosts: list[str] | None = None) -> dict:
+        """Remove ``host``, or every one of ``hosts`` in one transaction (all or
+        none; RPC 1.1)."""
+        return self._call(ctxt, "aggregate_remove_host",
+                          **self._membership(name, host, hosts))
+
+    def _membership(self, name: str, host: str | None, hosts: list[str] | None) -> dict:
+        """The arguments of a membership call: a list goes as ``hosts`` (1.1);
+        one host as ``host`` (1.0) when the version cap forbids 1.1."""
+        if hosts is None:
+            return {"name": name, "host": host}
+        hosts = list(hosts)
+        if self.admin_client.can_send_version("1.1"):
+            return {"version": "1.1", "name": name, "host": host, "hosts": hosts}
+        if host is None and len(hosts) == 1:
+            return {"name": name, "host": hosts[0]}
+        from scheduler import exception
+
+        raise exception.InvalidRequest(
+            field="hosts", reason="several hosts in one call need RPC API 1.1 "
+                                  "([scheduler] rpc_version_cap is "
+                                  f"{self.conf.scheduler.rpc_version_cap})")
 
     def aggregate_set_metadata(self, ctxt, name: str, metadata: dict) -> dict:
         return self._call(ctxt, "aggregate_set_metadata", name=name, metadata=metadata)

@@ -441,6 +441,9 @@ def main(argv: list[str], early_backend: str) -> int:
     metrics_dir = monitoring.prepare(conf)
     try:
         prepare_database(conf)
+        # A TLS handshake the broker refuses is a configuration error: said in
+        # one line now, not retried for ever by the driver.
+        rpc.check_broker_tls(conf)
         if conf.scheduler.workers == 1:
             return run_worker(conf)
         return Supervisor(conf, argv, metrics_dir).run()

@@ -258,6 +258,45 @@ def cmd_host_show(api, args) -> int:
     return EXIT_OK
 
 
+def format_aggregates(aggregates: list[dict]) -> str:
+    rows = []
+    for a in aggregates:
+        hosts = a.get("hosts") or []
+        metadata = {k: v for k, v in (a.get("metadata") or {}).items()
+                    if k != "availability_zone"}
+        rows.append([a.get("name"), a.get("availability_zone"), len(hosts),
+                     ", ".join(f"{k}={v}" for k, v in sorted(metadata.items())) or None])
+    return format_table(["NAME", "ZONE", "HOSTS", "METADATA"], rows)
+
+
+def cmd_aggregate_list(api, args) -> int:
+    aggregates = api.aggregate_list(None)
+    if args.json:
+        _print_json(aggregates)
+    else:
+        print(format_aggregates(aggregates))
+    return EXIT_OK
+
+
+def _membership(api, args, method: str, verb: str) -> int:
+    """Add or remove every host named, in one call (one transaction: all or none)."""
+    aggregate = getattr(api, method)(None, args.name, hosts=args.hosts)
+    if args.json:
+        _print_json(aggregate)
+    else:
+        print(f"{verb} {len(args.hosts)} host(s); aggregate {aggregate.get('name')} now "
+              f"has {len(aggregate.get('hosts') or [])}")
+    return EXIT_OK
+
+
+def cmd_aggregate_add_host(api, args) -> int:
+    return _membership(api, args, "aggregate_add_host", "Added")
+
+
+def cmd_aggregate_remove_host(api, args) -> int:
+    return _membership(api, args, "aggregate_remove_host", "Removed")
+
+
 def cmd_report_host(api, args) -> int:
     host = api.report_compute_node(None, _read_host_yaml(args.file))
     if args.json:
@@ -428,6 +467,21 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("name", metavar="NAME")
     h.set_defaults(func=cmd_host_show)
 
+    s = sub.add_parser("aggregate", help="host aggregates (admin topic)")
+    ags = s.add_subparsers(dest="aggregate_command", required=True, metavar="COMMAND")
+    a = ags.add_parser("list", parents=[common], help="aggregates with zone and host count")
+    a.set_defaults(func=cmd_aggregate_list)
+    for name, func, help_text in (
+            ("add-host", cmd_aggregate_add_host,
+             "add hosts in one call (all of them, or none if one is unknown, a member "
+             "already or would be in a second zone)"),
+            ("remove-host", cmd_aggregate_remove_host,
+             "remove hosts in one call (all of them, or none if one is not a member)")):
+        a = ags.add_parser(name, parents=[common], help=help_text)
+        a.add_argument("name", metavar="AGGREGATE")
+        a.add_argument("hosts", nargs="+", metavar="HOST")
+        a.set_defaults(func=func)
+
     s = sub.add_parser("report", help="report to the scheduler as a compute host would")
     rs = s.add_subparsers(dest="report_command", required=True, metavar="WHAT")
     r = rs.add_parser("host", parents=[common],
@@ -462,36 +516,35 @@ def _configure(args) -> None:
         cfg.CONF.set_override("topic", args.topic, group="scheduler")
 
 
-def _broker_addresses(url: str) -> list[tuple[str, int]]:
-    import oslo_messaging
-    from oslo_config import cfg
-
-    parsed = oslo_messaging.TransportURL.parse(cfg.CONF, url)
-    if parsed.transport not in ("rabbit", "kombu", "amqp"):
-        return []
-    default_port = 5672
-    return [(h.hostname or "127.0.0.1", h.port or default_port) for h in parsed.hosts] \
-        or [("127.0.0.1", default_port)]
-
-
 def check_broker(url: str, timeout: float) -> None:
     """Fail fast, with one line, when no broker of ``url`` accepts a connection.
 
     oslo.messaging retries a refused reply-queue connection forever; checking the
     socket first turns the common "RabbitMQ is not running" case into a message.
+    With ``[oslo_messaging_rabbit] ssl`` and a CA the TLS handshake is made too
+    (``scheduler.rpc.check_broker_tls``), so a wrong CA is said, not retried.
     """
-    addresses = _broker_addresses(url)
+    from oslo_config import cfg
+
+    from scheduler import rpc
+
+    addresses = rpc.broker_addresses(cfg.CONF, url)
     if not addresses:
         return
     errors = []
     for host, port in addresses:
         try:
             with socket.create_connection((host, port), timeout=min(timeout, 5.0)):
-                return
+                break
         except OSError as e:
             errors.append(f"{host}:{port} ({e.strerror or e})")
-    raise CliError("cannot reach the message broker at " + ", ".join(errors)
-                   + " - is RabbitMQ running? (see [DEFAULT] transport_url)")
+    else:
+        raise CliError("cannot reach the message broker at " + ", ".join(errors)
+                       + " - is RabbitMQ running? (see [DEFAULT] transport_url)")
+    try:
+        rpc.check_broker_tls(cfg.CONF, url, timeout)
+    except rpc.BrokerTLSError as e:
+        raise CliError(f"cannot use the message broker: {e}") from None
 
 
 def _run_with_deadline(fn: Callable[[], int], deadline: float) -> int:

@@ -52,11 +52,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.add_argument("name")
     delete.set_defaults(func=do_delete)
 
-    for command, func, help_text in (("add-host", do_add_host, "add a host"),
-                                     ("remove-host", do_remove_host, "remove a host")):
+    for command, func, help_text in (
+            ("add-host", do_add_host,
+             "add hosts (one transaction: all of them, or none if one is unknown, "
+             "a member already or would be in a second zone)"),
+            ("remove-host", do_remove_host,
+             "remove hosts (one transaction: all of them, or none if one is not a "
+             "member)")):
         p = commands.add_parser(command, help=help_text)
         p.add_argument("name", help="aggregate name")
-        p.add_argument("host")
+        p.add_argument("hosts", nargs="+", metavar="HOST")
         common.add_json_flag(p)
         p.set_defaults(func=func)
 
@@ -129,12 +134,12 @@ def do_delete(args: argparse.Namespace) -> int:
 
 
 def do_add_host(args: argparse.Namespace) -> int:
-    _print(db_aggregates.add_host(common.database(), args.name, args.host), args.json)
+    _print(db_aggregates.add_hosts(common.database(), args.name, args.hosts), args.json)
     return common.EXIT_OK
 
 
 def do_remove_host(args: argparse.Namespace) -> int:
-    _print(db_aggregates.remove_host(common.database(), args.name, args.host), args.json)
+    _print(db_aggregates.remove_hosts(common.database(), args.name, args.hosts), args.json)
     return common.EXIT_OK
 
 

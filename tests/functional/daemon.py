@@ -42,11 +42,15 @@ class Daemon:
 
     def __init__(self, tmp_path, backend: str = "eventlet", workers: int = 1,
                  fleet: dict | None = None, extra: str = "",
-                 share_with: Daemon | None = None) -> None:
+                 share_with: Daemon | None = None,
+                 pythonpath: str | None = None) -> None:
         """``share_with``: another daemon of the same deployment (its database,
-        exchange and topic; the one that made them drops the database)."""
+        exchange and topic; the one that made them drops the database).
+        ``pythonpath``: put first on the daemon's PYTHONPATH (e.g. a directory
+        with a third-party plugin's distribution)."""
         services.require_rabbitmq()
         self.tmp_path = tmp_path
+        self.pythonpath = pythonpath
         self.backend = backend
         self.workers = workers
         self.run_id = uuid.uuid4().hex[:10]
@@ -88,11 +92,16 @@ amqp_auto_delete = true
 
     # -- process ----------------------------------------------------------------------
     def start(self, timeout: float = 60) -> None:
+        env = None
+        if self.pythonpath:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (self.pythonpath, ROOT, env.get("PYTHONPATH")) if p)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "scheduler.cmd.scheduler",
                  "--config-file", str(self.config)],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.wait_until_answering(timeout)
 
     def wait_until_answering(self, timeout: float) -> None:

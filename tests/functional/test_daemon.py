@@ -31,10 +31,11 @@ def daemon(request, tmp_path_factory):
 
 
 def _raw_call(daemon, method, **kwargs):
-    """Send exactly ``kwargs`` (no client-side checks), as a foreign client might."""
+    """Send exactly ``kwargs`` (no client-side checks), as a foreign client with
+    the service role might."""
     daemon.api()  # makes the transport
     client = rpc.get_client(daemon._transport, daemon.topic, timeout=30)
-    return client.call({}, method, **kwargs)
+    return client.call({"roles": ["service"]}, method, **kwargs)
 
 
 def test_ping_answers_from_every_worker(daemon):
@@ -86,6 +87,12 @@ def test_every_rpc_method(daemon):
     assert zoned[0][0]["host"] == "fc-new"
     assert api.release(None, zoned[0][0]["instance_uuid"]) is True
     api.aggregate_remove_host(None, "ft-agg2", "fc-new")
+    fleet = sorted({h["host"] for h in api.list_hosts(None)})
+    with pytest.raises(exception.NotFound) as caught:     # all or none (RPC 1.1)
+        api.aggregate_add_host(None, "ft-agg2", hosts=fleet + ["fc-unknown"])
+    assert caught.value.name == "fc-unknown"
+    assert api.aggregate_add_host(None, "ft-agg2", hosts=fleet)["hosts"] == fleet
+    assert api.aggregate_remove_host(None, "ft-agg2", hosts=fleet)["hosts"] == []
     assert api.aggregate_delete(None, "ft-agg2") is True
     assert "fc-new" in [h["host"] for h in api.list_hosts(None)]
     api.report_compute_node(None, {"host": "fc-new", "vcpus": 8, "memory_mb": 8192,

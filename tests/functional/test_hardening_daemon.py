@@ -168,3 +168,58 @@ def test_admin_topic_splits_the_api_on_the_real_broker(tmp_path):
         d.assert_consistent()
     finally:
         d.close()
+
+
+def test_cpu_heavy_request_does_not_stall_the_worker(tmp_path):
+    """A third-party per-host filter that burns 1 ms of CPU per host, on 3,000
+    hosts, in the daemon's one eventlet worker: 3 s of work for one instance,
+    [scheduler] request_timeout 1 s. The request fails with RequestTimeout
+    about when the deadline passes (not when its work is done), claims nothing,
+    and pings sent meanwhile are answered within a bound (without the yield
+    points each waited for the whole request)."""
+    import threading
+
+    from tests import slow_filter
+
+    plugins = slow_filter.write_distribution(tmp_path / "plugins")
+    fleet = {"hosts": [{"host": f"fs{i:04d}", "vcpus": 32, "memory_mb": 65536,
+                        "local_gb": 1000} for i in range(3000)]}
+    d = Daemon(tmp_path, backend="eventlet", fleet=fleet, pythonpath=plugins, extra=(
+        "[filter_scheduler]\nenabled_filters = ComputeFilter,RamFilter,"
+        f"{slow_filter.ENTRY_POINT}\n[scheduler]\nrequest_timeout = 1.0\n"))
+    try:
+        d.start()
+        api = d.api()
+        assert api.select_destinations(None, SMALL, dry_run=True)   # the filter loaded
+        before = d.snapshot()
+        heavy = {"flavor": dict(SMALL["flavor"], extra_specs={"test:burn_us": "1000"}),
+                 "num_instances": 2}
+        outcome: dict = {}
+
+        def slow_request() -> None:
+            t0 = time.monotonic()
+            try:
+                api.select_destinations(None, heavy)
+            except exception.BerthError as e:
+                outcome["error"] = e
+            outcome["elapsed"] = time.monotonic() - t0
+
+        thread = threading.Thread(target=slow_request)
+        thread.start()
+        time.sleep(0.2)
+        pings = []
+        while thread.is_alive():
+            t0 = time.monotonic()
+            api.ping()
+            pings.append(time.monotonic() - t0)
+            time.sleep(0.02)
+        thread.join()
+        assert isinstance(outcome.get("error"), exception.RequestTimeout), outcome
+        assert outcome["error"].kwargs["instance_index"] == 0
+        assert 1.0 <= outcome["elapsed"] < 2.0, outcome
+        assert len(pings) >= 5 and max(pings) < 0.25, pings
+        assert d.snapshot() == before
+        d.assert_consistent()
+        assert d.stop() == 0, d.log_tail()
+    finally:
+        d.close()

@@ -125,3 +125,59 @@ def test_delete_refused_while_hosts_then_soft_deleted(db):
     assert db_aggregates.list_aggregates(db) == []
     # The name is free again.
     db_aggregates.create_aggregate(db, "agg")
+
+
+# -- membership in one call ---------------------------------------------------------------
+
+def members(db, name: str) -> list[str]:
+    return db_aggregates.get_aggregate(db, name)["hosts"]
+
+
+def test_several_hosts_added_and_removed_in_one_call(db):
+    db_aggregates.create_aggregate(db, "agg")
+    stamp = updated_at(db, "agg")
+    agg = db_aggregates.add_hosts(db, "agg", ["compute-003", "compute-001"])
+    assert agg["hosts"] == ["compute-001", "compute-003"] and updated_at(db, "agg") > stamp
+    agg = db_aggregates.remove_hosts(db, "agg", ["compute-001", "compute-003"])
+    assert agg["hosts"] == []
+
+
+@pytest.mark.parametrize("hosts, error, field_or_name", [
+    (["compute-001", "compute-404", "compute-405"], exception.NotFound, "compute-404"),
+    (["compute-002", "compute-001"], exception.Conflict, "compute-001"),
+    (["compute-002", "compute-002"], exception.InvalidRequest, "hosts[1]"),
+    (["compute-002", "bad\nname"], exception.InvalidRequest, "hosts[1]"),
+    ([], exception.InvalidRequest, "hosts"),
+])
+def test_one_bad_host_adds_none(db, hosts, error, field_or_name):
+    """The error names the host (or the list position); nothing is written."""
+    db_aggregates.create_aggregate(db, "agg", hosts=["compute-001"])
+    stamp = updated_at(db, "agg")
+    with pytest.raises(error) as caught:
+        db_aggregates.add_hosts(db, "agg", hosts)
+    if error is exception.InvalidRequest:
+        assert caught.value.field == field_or_name
+    elif error is exception.NotFound:
+        assert caught.value.name == field_or_name
+        assert caught.value.message == ("Host compute-404 not found (2 unknown hosts: "
+                                        "compute-404, compute-405).")
+    else:
+        assert field_or_name in caught.value.message
+    assert members(db, "agg") == ["compute-001"] and updated_at(db, "agg") == stamp
+
+
+def test_one_host_that_is_no_member_removes_none(db):
+    db_aggregates.create_aggregate(db, "agg", hosts=["compute-001", "compute-002"])
+    with pytest.raises(exception.NotFound) as caught:
+        db_aggregates.remove_hosts(db, "agg", ["compute-001", "compute-003"])
+    assert caught.value.name == "compute-003"
+    assert "compute-003 is not in aggregate agg" in caught.value.message
+    assert members(db, "agg") == ["compute-001", "compute-002"]
+
+
+def test_a_second_zone_for_one_host_adds_none(db):
+    db_aggregates.create_aggregate(db, "az1", availability_zone="az1", hosts=["compute-002"])
+    db_aggregates.create_aggregate(db, "az2", availability_zone="az2")
+    with pytest.raises(exception.Conflict, match="compute-002 would be in more than one"):
+        db_aggregates.add_hosts(db, "az2", ["compute-001", "compute-002", "compute-003"])
+    assert members(db, "az2") == []

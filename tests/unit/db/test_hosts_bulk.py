@@ -215,3 +215,32 @@ def test_bulk_import_stores_tags_and_a_retag_updates_only_that_host(sqlite_db):
             models.PciDevice.address == vf(1)["address"],
             models.PciDevice.compute_node_id == node_id)).scalar_one()
     assert stored == '{"trusted":"false"}'
+
+
+@pytest.mark.parametrize("in_chunk", [500, 2])
+def test_aggregate_membership_statements_do_not_grow_with_hosts(any_db, monkeypatch,
+                                                                in_chunk):
+    """1,000 hosts added in one call take as many statements as 10 (also when
+    the IN-list bound is below the number of hosts: one query then reads every
+    name); removing them all at once stays one transaction."""
+    monkeypatch.setattr(db_aggregates, "IN_CHUNK", in_chunk)
+    do_import(any_db, {"hosts": [{"host": f"c{i:04d}", "vcpus": 8, "memory_mb": 8192,
+                                  "local_gb": 10} for i in range(1010)]})
+    names = [f"c{i:04d}" for i in range(1010)]
+    db_aggregates.create_aggregate(any_db, "few", availability_zone="az1")
+    db_aggregates.create_aggregate(any_db, "many", availability_zone="az2")
+    with counted_statements(any_db) as few:
+        db_aggregates.add_hosts(any_db, "few", names[:10])
+    with counted_statements(any_db) as many:
+        agg = db_aggregates.add_hosts(any_db, "many", names[10:])
+    assert len(agg["hosts"]) == 1000
+    assert many[0] == few[0] <= 10, (few, many)
+    # a 1,000-host call with one unknown host at the end writes nothing
+    db_aggregates.create_aggregate(any_db, "none")
+    with pytest.raises(exception.NotFound) as caught:
+        db_aggregates.add_hosts(any_db, "none", names[:999] + ["c9999"])
+    assert caught.value.name == "c9999"
+    assert db_aggregates.get_aggregate(any_db, "none")["hosts"] == []
+    agg = db_aggregates.remove_hosts(any_db, "many", names[10:])
+    assert agg["hosts"] == []
+    assert db_hosts.get_host(any_db, "c0500")["availability_zone"] is None

@@ -175,6 +175,9 @@ AGGREGATE_CALLS = st.one_of(
               st.just({})),
     st.tuples(st.sampled_from(["aggregate_add_host", "aggregate_remove_host"]),
               st.tuples(NAMES, HOSTS), st.just({})),
+    st.tuples(st.sampled_from(["aggregate_add_host", "aggregate_remove_host"]),
+              st.tuples(NAMES), st.fixed_dictionaries({}, optional={
+                  "hosts": S.maybe(st.lists(HOSTS, max_size=5)), "host": HOSTS})),
     st.tuples(st.just("aggregate_delete"), st.tuples(NAMES), st.just({})),
 )
 

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from oslo_config import cfg
 
 from db import models
+from scheduler import rpc
 from scheduler.filter_scheduler import FilterScheduler
 from scheduler.host_manager import HostManager
 from scheduler.manager import SchedulerManager
@@ -17,7 +18,8 @@ PCI_ALIAS = ('{"name": "nic", "vendor_id": "8086", "product_id": "154c", '
 
 
 class Direct:
-    """Calls the endpoint as the dispatcher would and re-raises Berth's errors
+    """Calls the endpoint as the dispatcher would, with the context Berth's own
+    tools send (``[scheduler] caller_roles``), and re-raises Berth's errors
     (``expected_exceptions`` wraps them for oslo.messaging)."""
 
     def __init__(self, endpoint: SchedulerManager) -> None:
@@ -28,7 +30,7 @@ class Direct:
 
         def call(*args, **kwargs):
             try:
-                return method({}, *args, **kwargs)
+                return method(rpc.new_context(), *args, **kwargs)
             except oslo_messaging.ExpectedException as e:
                 raise e.exc_info[1] from None
         return call

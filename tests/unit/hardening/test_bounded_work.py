@@ -152,33 +152,57 @@ def test_instances_times_hosts_cap(sqlite_db, conf):
     assert len(s.select_destinations(s.parse_request(spec(num_instances=2)))) == 2
 
 
+class FakeClock:
+    """The deadlines' clock, moved by the test only."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_deadline_fails_the_request_and_releases_its_claims(sqlite_db, conf, monkeypatch):
-    """A clock that moves one second per reading: the third instance starts past a
-    2.5 s deadline; the two instances claimed before it are released."""
-    ticks = iter(range(10 ** 6))
-    monkeypatch.setattr(fs_mod, "_clock", lambda: float(next(ticks)))
-    conf.set_override("request_timeout", 2.5, group="scheduler")
+    """Each instance takes one second: the third instance starts past a 1.5 s
+    deadline; the two instances claimed before it are released."""
+    clock = FakeClock()
+    monkeypatch.setattr(fs_mod, "_clock", clock)
+    conf.set_override("request_timeout", 1.5, group="scheduler")
     s = _sched(sqlite_db, conf)
+    place = s._place_instance
+
+    def slow_place(*args):
+        placed = place(*args)
+        clock.now += 1.0
+        return placed
+    monkeypatch.setattr(s, "_place_instance", slow_place)
     with pytest.raises(exception.RequestTimeout) as caught:
         s.select_destinations(s.parse_request(spec(num_instances=3)))
     assert caught.value.instance_index == 2
-    assert caught.value.timeout == 2.5
+    assert caught.value.timeout == 1.5
     assert _usage(sqlite_db) == (0, 0)
     # the cache agrees with the database: the whole fleet is free again
     assert sum(h.vcpus_used for h in s.host_manager.host_states()) == 0
 
 
 def test_deadline_is_checked_between_candidates(sqlite_db, conf, monkeypatch):
-    """Every host refuses at claim time, so the request walks its candidates; the
-    deadline stops the walk with RequestTimeout instead of NoValidHost."""
-    ticks = iter(range(10 ** 6))
-    monkeypatch.setattr(fs_mod, "_clock", lambda: float(next(ticks)))
+    """Every host refuses at claim time, one second each, so the request walks
+    its candidates; the deadline stops the walk after the third with
+    RequestTimeout instead of NoValidHost."""
+    clock = FakeClock()
+    monkeypatch.setattr(fs_mod, "_clock", clock)
     conf.set_override("request_timeout", 2.5, group="scheduler")
     s = _sched(sqlite_db, conf, n=6)
-    monkeypatch.setattr(s, "_try_consume", lambda *a, **k: None)
+    tried = []
+
+    def refuse(req, host, *args):
+        tried.append(host.host)
+        clock.now += 1.0
+    monkeypatch.setattr(s, "_try_consume", refuse)
     with pytest.raises(exception.RequestTimeout) as caught:
         s.select_destinations(s.parse_request(spec()))
     assert caught.value.instance_index == 0
+    assert len(tried) == 3
 
 
 def test_no_deadline_when_timeout_is_zero(sqlite_db, conf, monkeypatch):

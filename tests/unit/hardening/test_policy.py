@@ -1,11 +1,13 @@
 """Issue 15, part 1: oslo.policy rules over the request context — the matrix of
-allowed and refused callers with ``[scheduler] enforce_policy`` on, and the
-generated sample kept current."""
+allowed and refused callers (``[scheduler] enforce_policy``, on by default), the
+context Berth's own tools send, answers that do not tell another project
+whether or where an instance runs, and the generated sample kept current."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
 
 import oslo_messaging
 import pytest
@@ -39,13 +41,13 @@ class Caller:
 @pytest.fixture
 def world(sqlite_db):
     conf = inproc.configure()
-    conf.set_override("enforce_policy", True, group="scheduler")
     endpoint = inproc.manager(sqlite_db, conf).endpoint
     service = Caller(endpoint, roles=["service"], project_id="svc")
     service.report_compute_node(HOST)
     yield endpoint, sqlite_db
-    conf.clear_override("enforce_policy", group="scheduler")
     conf.clear_override("policy_file", group="oslo_policy")
+    for name in ("caller_roles", "caller_project_id"):
+        conf.clear_override(name, group="scheduler")
     inproc.unconfigure(conf)
 
 
@@ -63,7 +65,7 @@ ADMIN_CALLS = [("report_compute_node", (HOST,)), ("report_pci_devices", ("c1", [
 def test_admin_calls_need_admin_or_service(world, method, args):
     endpoint, db = world
     before = inproc.dump(db)
-    for context in ({}, {"project_id": "a", "roles": ["member"]},
+    for context in ({"roles": []}, {"project_id": "a", "roles": ["member"]},
                     {"project_id": "a", "roles": ["reader"]}):
         with pytest.raises(exception.Forbidden) as caught:
             getattr(Caller(endpoint, **context), method)(*args)
@@ -83,20 +85,42 @@ def test_any_project_may_place(world):
 
 
 def test_release_and_reschedule_only_for_the_owner(world):
+    """Another project's instance is answered as one that holds nothing: release
+    False, reschedule and confirm as for an unknown UUID, so the caller learns
+    neither whether nor where it runs; nothing changes."""
     endpoint, db = world
     mine, theirs = _place(endpoint, "a"), _place(endpoint, "b")
+    nobody = str(uuid.uuid4())
     a = Caller(endpoint, project_id="a", roles=["member"])
     before = inproc.dump(db)
-    for call, args in ((a.release, (theirs,)), (a.reschedule, (theirs, "c1"))):
-        with pytest.raises(exception.Forbidden) as caught:
-            call(*args)
-        # says which rule refused, not where the other project's instance runs
-        assert "c1" not in str(caught.value) and theirs not in str(caught.value)
+    assert a.release(theirs) is False and a.release(nobody) is False
+    answers = []
+    for instance in (theirs, nobody):
+        with pytest.raises(exception.NotFound) as caught:
+            a.reschedule(instance, "c1")
+        answers.append(caught.value.message.replace(instance, "UUID"))
+    assert answers[0] == answers[1] == "Allocation UUID not found."
+    assert a.confirm([theirs]) == {"confirmed": [], "unknown": [theirs]}
+    assert a.confirm([theirs, mine]) == {"confirmed": [mine], "unknown": [theirs]}
     assert inproc.dump(db) == before
     assert a.release(mine) is True
     assert a.release(mine) is False      # gone: checked against the caller's project
     admin = Caller(endpoint, project_id="ops", roles=["admin"])
     assert admin.release(theirs) is True
+
+
+def test_a_refusal_on_the_callers_own_project_is_forbidden(world, tmp_path):
+    """Hidden is only for other projects' instances: a rule that refuses the
+    caller its own instances says so (Forbidden naming the rule)."""
+    endpoint, _ = world
+    mine = _place(endpoint, "a")
+    path = tmp_path / "policy.yaml"
+    path.write_text('"berth:release": "rule:admin_or_service"\n')
+    cfg.CONF.set_override("policy_file", str(path), group="oslo_policy")
+    endpoint.policy = type(endpoint.policy)(cfg.CONF)
+    with pytest.raises(exception.Forbidden) as caught:
+        Caller(endpoint, project_id="a", roles=["member"]).release(mine)
+    assert caught.value.rule == "berth:release" and mine not in str(caught.value)
 
 
 def test_policy_file_overrides_a_default(world, tmp_path):
@@ -105,17 +129,40 @@ def test_policy_file_overrides_a_default(world, tmp_path):
     path.write_text('"berth:list_hosts": ""\n')
     cfg.CONF.set_override("policy_file", str(path), group="oslo_policy")
     endpoint.policy = type(endpoint.policy)(cfg.CONF)
-    assert [h["host"] for h in Caller(endpoint, project_id="a").list_hosts()] == ["c1"]
+    member = {"project_id": "a", "roles": ["member"]}
+    assert [h["host"] for h in Caller(endpoint, **member).list_hosts()] == ["c1"]
     with pytest.raises(exception.Forbidden):
-        Caller(endpoint, project_id="a").aggregate_list()
+        Caller(endpoint, **member).aggregate_list()
 
 
-def test_enforcement_is_off_by_default(sqlite_db):
+def test_enforcement_is_on_by_default_and_berths_tools_send_their_role(world):
+    """A context without roles (what a foreign client that sends none gets) is
+    refused the admin calls; Berth's own tools send [scheduler] caller_roles
+    (service by default), which an operator may narrow."""
+    endpoint, _ = world
+    assert cfg.CONF.scheduler.enforce_policy is True
+    with pytest.raises(exception.Forbidden):
+        Caller(endpoint, roles=[]).list_hosts()
+    ctxt = rpc.new_context()
+    assert ctxt.roles == ["service"] and ctxt.project_id is None
+    assert [h["host"] for h in Caller(endpoint).list_hosts()] == ["c1"]
+    cfg.CONF.set_override("caller_roles", ["member"], group="scheduler")
+    cfg.CONF.set_override("caller_project_id", "a", group="scheduler")
+    tool = Caller(endpoint)
+    assert (tool.ctxt.roles, tool.ctxt.project_id) == (["member"], "a")
+    with pytest.raises(exception.Forbidden):
+        tool.list_hosts()
+    assert tool.release(_place(endpoint, "a")) is True
+
+
+def test_enforcement_off_trusts_every_caller(sqlite_db):
     conf = inproc.configure()
+    conf.set_override("enforce_policy", False, group="scheduler")
     try:
-        rpc_ = inproc.manager(sqlite_db, conf)
-        assert rpc_.report_compute_node(HOST)["host"] == "c1"
+        endpoint = inproc.manager(sqlite_db, conf).endpoint
+        assert Caller(endpoint, roles=[]).report_compute_node(HOST)["host"] == "c1"
     finally:
+        conf.clear_override("enforce_policy", group="scheduler")
         inproc.unconfigure(conf)
 
 

@@ -336,3 +336,36 @@ def test_refused_multi_instance_request_leaves_no_spec(rpc, sqlite_db):
     after = inproc.dump(sqlite_db)
     assert after["request_specs"] == [] and after["allocations"] == []
     assert rpc.show_host("compute-1")["vcpus_used"] == 0
+
+
+def _orphan_specs(db) -> int:
+    specs, allocs = models.RequestSpecRow, models.Allocation
+    with db.reader_connection() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(specs).where(
+            ~sa.exists().where(allocs.request_spec_id == specs.id))).scalar_one()
+
+
+def test_forced_host_delete_leaves_no_orphaned_spec(rpc, sqlite_db):
+    """A forced delete removes the host's allocations; the specs only they
+    referred to go with them, a spec another host's allocation shares stays
+    (reschedule still reads it)."""
+    for name in ("c0", "c1"):
+        rpc.report_compute_node({**HOST, "host": name, "cpu_allocation_ratio": 1.0})
+    flavor = {"vcpus": 4, "memory_mb": 1024, "root_gb": 1}
+    # two instances of one request (one spec row), one per host: c0 and c1
+    shared = rpc.select_destinations({"flavor": flavor, "num_instances": 2,
+                                      "instance_group": {"uuid": "g1",
+                                                         "policy": "anti-affinity"}})
+    on = {r[0]["host"]: r[0]["instance_uuid"] for r in shared}
+    assert set(on) == {"c0", "c1"}
+    alone = rpc.select_destinations({"flavor": flavor, "project_id": "p2"})
+    alone_host = alone[0][0]["host"]
+    assert len(_spec_rows(sqlite_db)[0]) == 2 and _orphan_specs(sqlite_db) == 0
+    result = db_hosts.delete_host(sqlite_db, alone_host, force=True)
+    assert result["allocations_deleted"] == 2
+    specs, _ = _spec_rows(sqlite_db)
+    assert len(specs) == 1 and json.loads(specs[0]).get("project_id") is None
+    assert _orphan_specs(sqlite_db) == 0
+    other = "c1" if alone_host == "c0" else "c0"
+    db_hosts.delete_host(sqlite_db, other, force=True)
+    assert _spec_rows(sqlite_db) == ([], 0)

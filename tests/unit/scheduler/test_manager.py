@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from db import models
-from scheduler import exception
+from scheduler import exception, rpc
 from scheduler.manager import SchedulerManager
 from scheduler.request_spec import RequestSpec
 
@@ -16,6 +16,8 @@ SPEC = {"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 10}}
 HOST = {"host": "compute-001", "vcpus": 8, "memory_mb": 16384, "local_gb": 100}
 U1 = "11111111-1111-1111-1111-111111111111"
 U2 = "22222222-2222-2222-2222-222222222222"
+#: Berth's own tools' context: the [scheduler] caller_roles (service).
+CTX = rpc.new_context()
 
 
 class FakeSelection:
@@ -89,12 +91,12 @@ def test_berth_errors_are_expected_exceptions(sqlite_db):
     """So the daemon logs them at DEBUG and the client gets the original type."""
     endpoint = SchedulerManager(sqlite_db, FakeScheduler())
     with pytest.raises(oslo_messaging.ExpectedException) as e:
-        endpoint.release({}, "nope")
+        endpoint.release(CTX, "nope")
     assert isinstance(e.value.exc_info[1], exception.InvalidRequest)
 
 
 def test_select_destinations_returns_primitives(manager):
-    out = manager.select_destinations({}, SPEC, instance_uuids=[U1], return_alternates=True)
+    out = manager.select_destinations(CTX, SPEC, instance_uuids=[U1], return_alternates=True)
     assert out == [[{"instance_uuid": U1, "host": "compute-001"},
                     {"instance_uuid": U1, "host": "compute-002"}]]
     _, spec, uuids, alternates, dry_run = manager.scheduler.calls[0]
@@ -118,38 +120,38 @@ def test_select_destinations_returns_primitives(manager):
 ])
 def test_select_destinations_refuses_bad_payloads(manager, kwargs, field):
     with pytest.raises(exception.InvalidRequest) as e:
-        manager.select_destinations({}, **kwargs)
+        manager.select_destinations(CTX, **kwargs)
     assert e.value.field.startswith(field), (e.value.field, e.value.reason)
     assert manager.scheduler.calls == []
 
 
 def test_no_valid_host_passes_through(manager):
     with pytest.raises(exception.NoValidHost):
-        manager.select_destinations({}, {"flavor": {"vcpus": 100, "memory_mb": 1,
+        manager.select_destinations(CTX, {"flavor": {"vcpus": 100, "memory_mb": 1,
                                                     "root_gb": 1}})
 
 
 def test_release_and_reschedule(manager):
-    assert manager.release({}, U1) is True
-    assert manager.release({}, str(uuid.uuid4())) is False
-    assert manager.reschedule({}, U1, "compute-001") == [
+    assert manager.release(CTX, U1) is True
+    assert manager.release(CTX, str(uuid.uuid4())) is False
+    assert manager.reschedule(CTX, U1, "compute-001") == [
         {"instance_uuid": U1, "host": "compute-002"}]
     with pytest.raises(exception.InvalidRequest, match="instance_uuid"):
-        manager.release({}, 12)
+        manager.release(CTX, 12)
     with pytest.raises(exception.InvalidRequest, match="failed_host"):
-        manager.reschedule({}, U1, "")
+        manager.reschedule(CTX, U1, "")
     with pytest.raises(exception.InvalidRequest, match="failed_host"):
-        manager.reschedule({}, U1, "x" * 300)
+        manager.reschedule(CTX, U1, "x" * 300)
 
 
 def test_report_compute_node_upserts_and_bumps_generation(manager, sqlite_db):
-    first = manager.report_compute_node({}, HOST)
+    first = manager.report_compute_node(CTX, HOST)
     assert (first["host"], first["vcpus"]) == ("compute-001", 8)
-    second = manager.report_compute_node({}, {**HOST, "vcpus": 16})
+    second = manager.report_compute_node(CTX, {**HOST, "vcpus": 16})
     assert second["vcpus"] == 16
     assert second["generation"] > first["generation"]
-    assert [h["host"] for h in manager.list_hosts({})] == ["compute-001"]
-    assert manager.show_host({}, "compute-001")["vcpus"] == 16
+    assert [h["host"] for h in manager.list_hosts(CTX)] == ["compute-001"]
+    assert manager.show_host(CTX, "compute-001")["vcpus"] == 16
 
 
 @pytest.mark.parametrize("node, field", [
@@ -160,7 +162,7 @@ def test_report_compute_node_upserts_and_bumps_generation(manager, sqlite_db):
 ])
 def test_report_compute_node_refuses_bad_payloads(manager, sqlite_db, node, field):
     with pytest.raises(exception.InvalidRequest) as e:
-        manager.report_compute_node({}, node)
+        manager.report_compute_node(CTX, node)
     assert e.value.field.startswith(field), e.value.field
     # InvalidFleet is sent as its scheduler.exception base, which clients can rebuild.
     assert type(e.value) is exception.InvalidRequest
@@ -169,46 +171,65 @@ def test_report_compute_node_refuses_bad_payloads(manager, sqlite_db, node, fiel
 
 
 def test_report_pci_devices(manager, sqlite_db):
-    manager.report_compute_node({}, HOST)
+    manager.report_compute_node(CTX, HOST)
     dev = {"address": "0000:81:00.0", "vendor_id": "8086", "product_id": "1572",
            "dev_type": "type-PF", "numa_node": 0}
-    manager.report_pci_devices({}, "compute-001", [dev])
-    assert manager.show_host({}, "compute-001")["pci_devices"]["total"] == 1
+    manager.report_pci_devices(CTX, "compute-001", [dev])
+    assert manager.show_host(CTX, "compute-001")["pci_devices"]["total"] == 1
     with pytest.raises(exception.InvalidRequest) as e:
-        manager.report_pci_devices({}, "compute-001", [dict(dev, vendor_id="zz")])
+        manager.report_pci_devices(CTX, "compute-001", [dict(dev, vendor_id="zz")])
     assert e.value.field.startswith("devices[0]")
     with pytest.raises(exception.InvalidRequest, match="more than"):
-        manager.report_pci_devices({}, "compute-001", [dev] * 5000)
+        manager.report_pci_devices(CTX, "compute-001", [dev] * 5000)
     with pytest.raises(exception.NotFound):
-        manager.report_pci_devices({}, "nope", [dev])
+        manager.report_pci_devices(CTX, "nope", [dev])
 
 
 def test_aggregates(manager):
-    manager.report_compute_node({}, HOST)
-    agg = manager.aggregate_create({}, "fast", availability_zone="az1",
+    manager.report_compute_node(CTX, HOST)
+    agg = manager.aggregate_create(CTX, "fast", availability_zone="az1",
                                    metadata={"ssd": True, "n": 2})
     assert agg["name"] == "fast"
-    manager.aggregate_add_host({}, "fast", "compute-001")
-    manager.aggregate_set_metadata({}, "fast", {"gpu": "1"})
-    manager.aggregate_update({}, "fast", new_name="faster")
-    names = [a["name"] for a in manager.aggregate_list({})]
+    manager.aggregate_add_host(CTX, "fast", "compute-001")
+    manager.aggregate_set_metadata(CTX, "fast", {"gpu": "1"})
+    manager.aggregate_update(CTX, "fast", new_name="faster")
+    names = [a["name"] for a in manager.aggregate_list(CTX)]
     assert names == ["faster"]
-    assert manager.show_host({}, "compute-001")["availability_zone"] == "az1"
-    manager.aggregate_update({}, "faster", availability_zone=None)
-    manager.aggregate_remove_host({}, "faster", "compute-001")
-    assert manager.aggregate_delete({}, "faster") is True
+    assert manager.show_host(CTX, "compute-001")["availability_zone"] == "az1"
+    manager.aggregate_update(CTX, "faster", availability_zone=None)
+    manager.aggregate_remove_host(CTX, "faster", "compute-001")
+    assert manager.aggregate_delete(CTX, "faster") is True
     with pytest.raises(exception.NotFound):
-        manager.aggregate_delete({}, "faster")
+        manager.aggregate_delete(CTX, "faster")
     with pytest.raises(exception.InvalidRequest, match="metadata"):
-        manager.aggregate_create({}, "x", metadata={"k": ["list"]})
+        manager.aggregate_create(CTX, "x", metadata={"k": ["list"]})
     with pytest.raises(exception.InvalidRequest, match="bogus"):
-        manager.aggregate_update({}, "x", bogus=1)
+        manager.aggregate_update(CTX, "x", bogus=1)
     with pytest.raises(exception.InvalidRequest, match="name"):
-        manager.aggregate_create({}, "bad\nname")
+        manager.aggregate_create(CTX, "bad\nname")
+
+
+def test_aggregate_membership_arguments(manager):
+    for name in ("compute-001", "compute-002"):
+        manager.report_compute_node(CTX, dict(HOST, host=name))
+    manager.aggregate_create(CTX, "fast")
+    for kwargs, field in (({}, "host"), ({"host": "compute-001", "hosts": []}, "hosts"),
+                          ({"hosts": "compute-001"}, "hosts"), ({"hosts": []}, "hosts"),
+                          ({"hosts": ["compute-001", 7]}, "hosts[1]"),
+                          ({"hosts": ["compute-001"] * 10001}, "hosts")):
+        with pytest.raises(exception.InvalidRequest) as caught:
+            manager.aggregate_add_host(CTX, "fast", **kwargs)
+        assert caught.value.field == field, kwargs
+    agg = manager.aggregate_add_host(CTX, "fast", hosts=["compute-002", "compute-001"])
+    assert agg["hosts"] == ["compute-001", "compute-002"]
+    with pytest.raises(exception.NotFound) as caught:
+        manager.aggregate_remove_host(CTX, "fast", hosts=["compute-001", "compute-003"])
+    assert caught.value.name == "compute-003"
+    assert manager.aggregate_remove_host(CTX, "fast", "compute-001")["hosts"] == ["compute-002"]
 
 
 def test_ping(manager):
-    info = manager.ping({})
+    info = manager.ping(CTX)
     assert info["version"] == "1.1" and info["backend"] == "threading"
 
 
@@ -233,12 +254,12 @@ def test_a_database_that_does_not_answer_is_a_typed_retryable_error(tmp_path, ca
     try:
         for _ in range(3):
             with pytest.raises(exception.ServiceUnavailable) as err:
-                endpoint.report_compute_node({}, report)
+                endpoint.report_compute_node(CTX, report)
             assert err.value.retryable and "database" in err.value.reason
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    endpoint.report_compute_node({}, report)
+    endpoint.report_compute_node(CTX, report)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "Database unavailable" in warnings[0].getMessage()
     assert any("answers again" in r.getMessage() and "3 calls refused" in r.getMessage()
@@ -257,6 +278,6 @@ def test_other_database_errors_stay_faults(sqlite_db, caplog):
             raise sa.exc.ProgrammingError("SELECT nope", {}, Exception("no such column"))
     endpoint = Direct(SchedulerManager(sqlite_db, Broken()))
     with pytest.raises(exception.InternalError):
-        endpoint.release({}, U1)
+        endpoint.release(CTX, U1)
     assert manager_mod._OUTAGE.since is None
     assert any(r.exc_info for r in caplog.records if "Unexpected error" in r.getMessage())

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from db import api as db_api
 from db import hosts as db_hosts
-from scheduler import exception, metrics
+from scheduler import exception, metrics, rpc
 from scheduler import fleet as fleet_mod
 from scheduler.filter_scheduler import FilterScheduler, load_filters
 from scheduler.filters import BaseHostFilter
@@ -98,6 +98,7 @@ def _refused(cls, call, *args):
 
 def test_manager_counts_each_request_by_result(sqlite_db, sched, conf):
     manager = SchedulerManager(sqlite_db, sched, conf)
+    ctxt = rpc.new_context()        # Berth's own tools' (service)
     sd = {"method": "select_destinations"}
     d = Delta(key("berth_requests_total", result="placed", **sd),
               key("berth_requests_total", result="no_valid_host", **sd),
@@ -107,14 +108,14 @@ def test_manager_counts_each_request_by_result(sqlite_db, sched, conf):
               key("berth_request_duration_seconds_count", **sd),
               key("berth_instances_placed_total", dry_run="false"))
     ok = {"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}}
-    manager.select_destinations(None, ok)
-    manager.select_destinations(None, dict(ok, num_instances=2))
-    _refused(exception.NoValidHost, manager.select_destinations, None,
+    manager.select_destinations(ctxt, ok)
+    manager.select_destinations(ctxt, dict(ok, num_instances=2))
+    _refused(exception.NoValidHost, manager.select_destinations, ctxt,
              {"flavor": {"vcpus": 1, "memory_mb": 10 ** 6, "root_gb": 1}})
-    _refused(exception.InvalidRequest, manager.select_destinations, None,
+    _refused(exception.InvalidRequest, manager.select_destinations, ctxt,
              {"flavor": {"vcpus": 0, "memory_mb": 512, "root_gb": 1}})
-    _refused(exception.NotFound, manager.show_host, None, "nowhere")
-    assert manager.release(None, "00000000-0000-0000-0000-000000000001") is False
+    _refused(exception.NotFound, manager.show_host, ctxt, "nowhere")
+    assert manager.release(ctxt, "00000000-0000-0000-0000-000000000001") is False
     assert d("berth_requests_total", result="placed", **sd) == 2
     assert d("berth_requests_total", result="no_valid_host", **sd) == 1
     assert d("berth_requests_total", result="invalid_request", **sd) == 1

@@ -97,6 +97,38 @@ def test_version_cap(daemon):
         cfg.CONF.clear_override("rpc_version_cap", group="scheduler")
 
 
+def test_aggregate_membership_in_one_call(daemon):
+    """A list of hosts goes in one call (1.1), all or none; 1.0 callers still
+    send one ``host``; under a 1.0 cap a list of several is refused here."""
+    _, api, _ = daemon
+    for name in ("h1", "h2", "h3"):
+        api.report_compute_node(None, {"host": name, "vcpus": 4, "memory_mb": 4096,
+                                       "local_gb": 10})
+    api.aggregate_create(None, "a1")
+    with pytest.raises(exception.NotFound) as caught:
+        api.aggregate_add_host(None, "a1", hosts=["h1", "h9", "h2"])
+    assert caught.value.name == "h9"
+    assert api.aggregate_list(None)[0]["hosts"] == []
+    assert api.aggregate_add_host(None, "a1", hosts=["h2", "h1"])["hosts"] == ["h1", "h2"]
+    assert api.aggregate_add_host(None, "a1", "h3")["hosts"] == ["h1", "h2", "h3"]
+    with pytest.raises(exception.InvalidRequest) as caught:
+        api.aggregate_remove_host(None, "a1", hosts=["h1", "h1"])
+    assert caught.value.field == "hosts[1]"
+    with pytest.raises(exception.InvalidRequest) as caught:
+        api.aggregate_remove_host(None, "a1", "h1", hosts=["h2"])
+    assert caught.value.field == "hosts"
+    cfg.CONF.set_override("rpc_version_cap", "1.0", group="scheduler")
+    try:
+        capped = SchedulerAPI(cfg.CONF, transport=api.transport, timeout=10)
+        with pytest.raises(exception.InvalidRequest) as caught:
+            capped.aggregate_remove_host(None, "a1", hosts=["h1", "h2"])
+        assert caught.value.field == "hosts" and "1.1" in caught.value.reason
+        assert capped.aggregate_remove_host(None, "a1", hosts=["h3"])["hosts"] == ["h1", "h2"]
+    finally:
+        cfg.CONF.clear_override("rpc_version_cap", group="scheduler")
+    assert api.aggregate_remove_host(None, "a1", hosts=["h1", "h2"])["hosts"] == []
+
+
 @pytest.mark.parametrize("daemon", [SlowScheduler], indirect=True)
 def test_stop_drains_requests_in_flight(daemon):
     service, api, scheduler = daemon

@@ -61,6 +61,19 @@ class FakeAPI:
     def report_compute_node(self, ctxt, node):
         return self._answer({"host": node["host"], "node": node["host"], "generation": 1})
 
+    def aggregate_list(self, ctxt):
+        return self._answer([{"name": "fast", "availability_zone": "az1",
+                              "hosts": ["compute-001", "compute-002"],
+                              "metadata": {"availability_zone": "az1", "ssd": "true"}}])
+
+    def aggregate_add_host(self, ctxt, name, host=None, hosts=None):
+        FakeAPI.seen.append(("add", name, host, hosts))
+        return self._answer({"name": name, "hosts": sorted(hosts)})
+
+    def aggregate_remove_host(self, ctxt, name, host=None, hosts=None):
+        FakeAPI.seen.append(("remove", name, host, hosts))
+        return self._answer({"name": name, "hosts": []})
+
     def ping(self, ctxt=None):
         return self._answer({"host": "sched1", "pid": 1, "worker": 0,
                              "backend": "eventlet", "version": "1.0"})
@@ -187,3 +200,18 @@ def test_host_ages():
     assert "10s ago" in client.format_hosts([HOST], now)
     assert client._age("2024-01-01T10:00:00", now) == "2h ago"
     assert client._age(None, now) is None
+
+
+def test_aggregate_membership_sends_every_host_in_one_call(berth):
+    rc, out, _ = berth("aggregate", "add-host", "fast", "compute-002", "compute-001")
+    assert rc == 0 and out == "Added 2 host(s); aggregate fast now has 2\n"
+    assert FakeAPI.seen[-1] == ("add", "fast", None, ["compute-002", "compute-001"])
+    rc, out, _ = berth("aggregate", "remove-host", "fast", "compute-001", "--json")
+    assert json.loads(out) == {"name": "fast", "hosts": []}
+    assert FakeAPI.seen[-1] == ("remove", "fast", None, ["compute-001"])
+    FakeAPI.error = exception.NotFound(kind="Host", name="compute-404")
+    rc, _, err = berth("aggregate", "add-host", "fast", "compute-404")
+    assert rc == 2 and err.strip() == "berth: Host compute-404 not found."
+    FakeAPI.error = None
+    rc, out, _ = berth("aggregate", "list")
+    assert out.splitlines()[2].split() == ["fast", "az1", "2", "ssd=true"]

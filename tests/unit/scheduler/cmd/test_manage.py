@@ -300,8 +300,17 @@ def test_aggregate_commands(cli):
                                 "cpu_allocation_ratio=2.0"]
     rc, _out, err = cli("aggregate", "delete", "fast")
     assert rc == 1 and "still has hosts" in err
-    for host in ("compute-001", "compute-002"):
-        assert cli("aggregate", "remove-host", "fast", host)[0] == 0
+    rc, _out, err = cli("aggregate", "remove-host", "fast", "compute-001", "compute-404")
+    assert rc == 1 and "compute-404 is not in aggregate fast" in err
+    rc, out, _err = cli("aggregate", "remove-host", "fast", "compute-001", "compute-002",
+                        "--json")
+    assert rc == 0 and json.loads(out)["hosts"] == []
+    rc, _out, err = cli("aggregate", "add-host", "fast", "compute-002", "compute-404")
+    assert rc == 1 and "Host compute-404 not found" in err
+    rc, _out, err = cli("aggregate", "add-host", "fast", "compute-002", "compute-002")
+    assert rc == 2 and "hosts[1]" in err
+    rc, out, _err = cli("aggregate", "show", "fast", "--json")
+    assert json.loads(out)["hosts"] == []
     assert cli("aggregate", "delete", "fast")[0] == 0
     rc, out, _err = cli("aggregate", "update", "az1", "--name", "zone-one", "--json")
     assert json.loads(out)["name"] == "zone-one"
