@@ -349,21 +349,30 @@ _CONFIRM = (sa.update(_alloc)
             .where(_alloc.c.instance_uuid.in_(sa.bindparam("b_uuids", expanding=True)),
                    _alloc.c.pending == sa.true())
             .values(pending=False))
+# FOR UPDATE: the reaper's release locks the same rows, so a confirm and a
+# release of one claim are one after the other, never interleaved.
 _HELD = sa.select(_alloc.c.instance_uuid).where(
-    _alloc.c.instance_uuid.in_(sa.bindparam("b_uuids", expanding=True)))
+    _alloc.c.instance_uuid.in_(sa.bindparam("b_uuids", expanding=True))).with_for_update()
 
 
 @retry_on_deadlock
 def confirm(db: Database, instance_uuids) -> tuple[list[str], list[str]]:
-    """Mark the instances' allocations confirmed (idempotent): (the instances
-    that hold one, in the order given; those that hold none, e.g. reaped)."""
+    """Mark the instances' allocations confirmed, all or none (idempotent):
+    (the instances confirmed, in the order given; those that hold none, e.g.
+    reaped). When one of them holds nothing, none is confirmed: the instances
+    of one request stand or fall together, and the others stay pending (the
+    caller releases them, or the reaper does after claim_ttl) instead of
+    becoming confirmed claims nobody holds."""
     uuids = list(dict.fromkeys(instance_uuids))
     if not uuids:
         return [], []
     with db.hot_writer() as conn:
-        conn.execute(_CONFIRM, {"b_uuids": uuids})
         held = {row[0] for row in conn.execute(_HELD, {"b_uuids": uuids})}
-    return [u for u in uuids if u in held], [u for u in uuids if u not in held]
+        unknown = [u for u in uuids if u not in held]
+        if unknown:
+            return [], unknown
+        conn.execute(_CONFIRM, {"b_uuids": uuids})
+    return uuids, []
 
 
 _PENDING_BEFORE = (sa.select(_alloc.c.instance_uuid)

@@ -75,8 +75,10 @@ class Conflict(BerthError):
 
 
 class ServiceUnavailable(BerthError):
-    """A service Berth needs (the database) does not answer. Nothing was changed;
-    the same call may be retried later (``retryable``)."""
+    """A service Berth needs (the database) does not answer. Nothing is held for
+    the caller by this call (claims a failed request could not give back stay
+    pending, for the reaper or a retry with the same UUIDs); the same call may
+    be sent again later (``retryable``)."""
 
     msg_fmt = "Service unavailable: %(reason)s"
     retryable = True

@@ -68,10 +68,12 @@ filter_scheduler_opts = [
     cfg.IntOpt("host_subset_size", default=1, min=1,
                help="Pick the host at random among this many best-weighed hosts. "
                     "Larger values spread concurrent schedulers apart (fewer claim "
-                    "conflicts) at the cost of less optimal packing."),
+                    "conflicts) at the cost of less optimal packing. Not used while "
+                    "near_best_spread applies (by default with several workers)."),
     cfg.BoolOpt("shuffle_best_same_weighed_hosts", default=False,
                 help="Shuffle the hosts that share the best weight before picking, so "
-                     "identical hosts are used evenly."),
+                     "identical hosts are used evenly (near_best_spread, when it "
+                     "applies, picks among them at random anyway)."),
     cfg.FloatOpt("near_best_spread", default=None, min=0.0,
                  help="Pick the host at random among the candidates whose weight is "
                       "within this much of the best (at most %d of them), so that "
@@ -175,6 +177,20 @@ _FAR_FUTURE = datetime.datetime(9999, 1, 1)
 
 class _AlreadyPlaced(Exception):
     """A claim found its instance holding an allocation already."""
+
+
+class _ClaimsLost(Exception):
+    """Claims of a request were released before the request was confirmed."""
+
+    def __init__(self, lost: Sequence[str]) -> None:
+        super().__init__(lost)
+        self.lost = list(lost)
+
+    def error(self) -> exception.BerthError:
+        return exception.Conflict(reason=(
+            f"the claims of {', '.join(self.lost)} were released while the request was "
+            "placed (a concurrent try of the same request failed, or the claims outlived "
+            "[scheduler] claim_ttl); nothing is held for the request: try again"))
 
 
 def _stored_spec(spec: RequestSpec) -> str:
@@ -308,17 +324,37 @@ class FilterScheduler:
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
             if claimed and req.pending and not pending:
-                claims.confirm(self.db, claimed)    # the whole request is placed
+                # the whole request is placed: keep it, unless one of its claims
+                # was released meanwhile (reaped, or given back by a failed
+                # retry of this same request), and then none of it
+                _, lost = claims.confirm(self.db, claimed)
+                if lost:
+                    raise _ClaimsLost(lost)
             outcome = "placed"
         except _AlreadyPlaced as e:
-            self._undo(claimed, req.pending)
-            earlier = self._earlier_placements(spec, uuids, pending, resume) \
-                if not claimed else None
+            # Held already: by a placed request (a retry gets its placements),
+            # by another try of this same request still pending (placed in
+            # full now, this try's claims kept), or by another request (refused,
+            # this try's claims given back).
+            try:
+                earlier = self._earlier_placements(spec, uuids, pending, resume)
+            except exception.InvalidRequest:
+                outcome = "invalid request"
+                self._undo(claimed, req.pending)
+                raise
+            except BaseException as failed:
+                outcome = f"failed ({type(failed).__name__})"
+                raise
             if earlier is None:
                 outcome = "invalid request"
+                self._undo(claimed, req.pending)
                 raise exception.InvalidRequest(
                     field="instance_uuids", reason=f"already allocated: {e}") from None
             outcome, results = "placed earlier", earlier
+        except _ClaimsLost as e:
+            outcome = "claims lost"
+            self._undo(claimed, req.pending)
+            raise e.error() from None
         except exception.NoValidHost as e:
             self._undo(claimed, req.pending)
             earlier = self._earlier_placements(spec, uuids, pending, resume) if named else None
@@ -449,7 +485,12 @@ class FilterScheduler:
             LOG.info("Request for %s was placed already (a retry): returning those "
                      "placements", ", ".join(uuids))
         if not pending and (placed or any(held[uuid]["pending"] for uuid in uuids)):
-            claims.confirm(self.db, uuids)
+            _, lost = claims.confirm(self.db, uuids)
+            if lost:
+                for uuid in uuids:
+                    self.release(uuid, pending_before=_FAR_FUTURE,
+                                 why="its request lost other claims when retried")
+                raise _ClaimsLost(lost).error()
         return [placed[uuid] if uuid in placed else [self._held_selection(uuid, held[uuid])]
                 for uuid in uuids]
 

@@ -369,8 +369,9 @@ class SchedulerManager:
     @_expected
     def confirm(self, ctxt, instance_uuids) -> dict:
         """The caller holds these placements: their pending claims are kept
-        (idempotent). ``unknown``: instances that hold none (never placed,
-        released, or reaped after claim_ttl) — do not build them."""
+        (idempotent), all or none. ``unknown``: instances that hold none (never
+        placed, released, or reaped after claim_ttl) — do not build them; then
+        none is confirmed, and the others stay pending."""
         uuids = self._instance_uuids(instance_uuids)
         if not uuids:
             raise exception.InvalidRequest(field="instance_uuids",
@@ -387,10 +388,9 @@ class SchedulerManager:
                 # another project's: answered as instances that hold nothing
                 hidden.update(u for u in uuids if u in held
                               and held[u]["project_id"] == project)
-        confirmed, unknown = self.scheduler.confirm([u for u in uuids if u not in hidden])
-        if hidden:
-            gone = hidden.union(unknown)
-            unknown = [u for u in uuids if u in gone]
+        if hidden:      # all or none: nothing is confirmed
+            return {"confirmed": [], "unknown": [u for u in uuids if u in hidden]}
+        confirmed, unknown = self.scheduler.confirm(uuids)
         return {"confirmed": confirmed, "unknown": unknown}
 
     @_expected

@@ -94,10 +94,13 @@ class SchedulerAPI:
         on a timeout or a database outage like the select itself. Raises
         ClaimExpired when the scheduler no longer holds one of them.
 
-        A request fails as a whole: when the confirm gets no answer, or one of
-        its instances was reaped meanwhile, the others are released (best
+        A request fails as a whole: when one of its instances was reaped
+        meanwhile, nothing is confirmed and the others are released (best
         effort: what cannot be released now stays pending, and the reaper
-        gives it back after ``claim_ttl``) before the error is raised."""
+        gives it back after ``claim_ttl``). When the confirm gets no answer at
+        all, they are released too; if that fails as well and the confirm had
+        in fact been written, the claims stay held (``berth-manage allocations
+        list`` shows them)."""
         from scheduler import exception
 
         uuids = [uuid_of(p) for p in placements]
@@ -120,7 +123,8 @@ class SchedulerAPI:
                 self._give_back(ctxt, uuids)
                 raise
         if answer.get("unknown"):
-            self._give_back(ctxt, answer.get("confirmed") or [])
+            # none was confirmed (all or none): the others are still pending
+            self._give_back(ctxt, [u for u in uuids if u not in answer["unknown"]])
             raise exception.ClaimExpired(instance_uuids=list(answer["unknown"]))
         return placements
 

@@ -23,8 +23,10 @@ from tools.bench import replay as bench_replay
 #: Hosts in the experiments' fleet (the issue's 200), and the clients' threads.
 FLEET_SIZE = int(os.environ.get("BERTH_CHAOS_HOSTS", "200"))
 CLIENTS = int(os.environ.get("BERTH_CHAOS_CLIENTS", "16"))
-#: Short enough to see the reaper act within an experiment.
-CLAIM_TTL = 20
+#: Short enough to see the reaper act within an experiment, well above the
+#: requests' own deadline (as README asks of claim_ttl and request_timeout).
+CLAIM_TTL = 30
+REQUEST_TIMEOUT = 10
 REAPER_INTERVAL = 1.0
 REPORT = os.environ.get("BERTH_CHAOS_REPORT", "/tmp/berth-chaos-report.json")
 
@@ -47,11 +49,6 @@ def services_running():
     faults.ensure_running()
 
 
-@pytest.fixture(autouse=True)
-def restart_after_each():
-    yield
-    started = faults.ensure_running()
-    assert not started, f"an experiment left {started} stopped"
 
 
 @pytest.fixture(scope="session")
@@ -83,6 +80,7 @@ def daemon_config(metrics_port: int, metrics_dir, extra: str = "") -> str:
     return f"""[scheduler]
 claim_ttl = {CLAIM_TTL}
 reaper_interval = {REAPER_INTERVAL}
+request_timeout = {REQUEST_TIMEOUT}
 [filter_scheduler]
 enabled_filters = {",".join(plugins.filters)}
 weight_classes = {",".join(plugins.weighers)}
@@ -157,6 +155,9 @@ def deploy(tmp_path, fleet):
         dep.start()
         return dep
     yield make
-    faults.ensure_running()
-    for dep in made:
-        dep.close()
+    try:
+        started = faults.ensure_running()
+    finally:
+        for dep in made:
+            dep.close()
+    assert not started, f"the experiment left {started} stopped"

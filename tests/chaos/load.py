@@ -72,6 +72,8 @@ class Ledger:
         self.released: set[str] = set()
         self.uncertain: set[str] = set()
         self.release_uncertain: set[str] = set()
+        #: held by a client, yet its release answered "holds nothing": a lost claim
+        self.lost_on_release: set[str] = set()
         self.specs: dict[str, dict] = {}
         self.sent: list[dict] = []
 
@@ -161,6 +163,10 @@ class Client(threading.Thread):
             load.ledger.release_unsure(uuid)
         else:
             outcome = "released" if held else "not_held"
+            if not held:
+                with load.ledger.lock:
+                    if uuid in load.ledger.held:
+                        load.ledger.lost_on_release.add(uuid)
             load.ledger.gone(uuid)
         self.ops.append(Op(t0, time.monotonic(), "release", "release", outcome))
 
@@ -250,7 +256,8 @@ def allocations(db) -> dict[str, bool]:
 
 @dataclasses.dataclass
 class Reconciliation:
-    lost: set[str]                  # held by a client, no allocation
+    lost: set[str]                  # held by a client, no allocation (at the end, or
+                                    # found by the client's own release on the way)
     resurrected: set[str]           # released by a client, allocation present
     orphans_pending: set[str]       # allocation nobody holds, pending (reapable)
     orphans_confirmed: set[str]     # allocation nobody holds, confirmed (stays forever)
@@ -270,7 +277,7 @@ def reconcile(db, ledger: Ledger) -> Reconciliation:
     present = set(held_in_db)
     orphans = present - ledger.held
     return Reconciliation(
-        lost=ledger.held - present,
+        lost=(ledger.held - present) | ledger.lost_on_release,
         resurrected=ledger.released & present,
         orphans_pending={u for u in orphans if held_in_db[u]},
         orphans_confirmed={u for u in orphans if not held_in_db[u]},

@@ -54,15 +54,17 @@ def run_experiment(name: str, dep, fleet, report, inject: Callable[[], dict],
     load = Load(api, fleet, threads=conftest.CLIENTS, seed=seed)
     scraped0 = [scrape(p) for p in dep.metrics_ports]
     load.start()
-    time.sleep(WARM)
-    t_fault = time.monotonic()
-    info = inject() or {}
-    time.sleep(max(0.0, hold - (time.monotonic() - t_fault)))
-    t_heal = time.monotonic()
-    info.update(heal() or {})
-    t_back = time.monotonic()
-    time.sleep(AFTER)
-    load.stop()
+    try:
+        time.sleep(WARM)
+        t_fault = time.monotonic()
+        info = inject() or {}
+        time.sleep(max(0.0, hold - (time.monotonic() - t_fault)))
+        t_heal = time.monotonic()
+        info.update(heal() or {})
+        t_back = time.monotonic()
+        time.sleep(AFTER)
+    finally:
+        load.stop()
     t_end = time.monotonic()
     for d in dep.daemons:
         assert d.proc.poll() is None, f"{name}: a daemon exited:\n{d.log_tail()}"

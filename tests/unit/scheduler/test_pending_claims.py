@@ -77,7 +77,9 @@ def test_pending_claims_are_held_until_confirmed(any_db, sched):
     assert rows(any_db) == dict.fromkeys(held, True)
     assert vcpus_used(any_db) == 4                   # pending claims hold capacity
     stranger = str(uuid.uuid4())
-    assert sched.confirm([held[0], stranger]) == ([held[0]], [stranger])
+    assert sched.confirm([held[0], stranger]) == ([], [stranger])   # all or none
+    assert rows(any_db) == dict.fromkeys(held, True)
+    assert sched.confirm([held[0]]) == ([held[0]], [])
     assert rows(any_db) == {held[0]: False, held[1]: True}
     assert sched.confirm([held[0]]) == ([held[0]], [])       # idempotent
 

@@ -199,3 +199,54 @@ def test_a_mix_with_a_confirmed_placement_is_still_refused(sqlite_db, sched):
     with pytest.raises(exception.InvalidRequest, match="already allocated"):
         sched.select_destinations(sched.parse_request(SPEC), [placed, str(uuid.uuid4())])
     assert len(_allocations(sqlite_db)) == 1
+
+
+THREE = dict(SPEC, num_instances=3)
+
+
+def test_two_tries_of_one_request_meet_and_both_keep_the_placements(sqlite_db, sched):
+    """Another try of this request (a retry still running, or one that stopped
+    part-way) holds one of the instances, pending: this try keeps its own
+    claims and answers the whole request instead of giving them back."""
+    uuids = [str(uuid.uuid4()) for _ in range(3)]
+    sched.select_destinations(sched.parse_request(dict(SPEC, num_instances=1)), uuids[2:],
+                              pending=True)           # the other try's claim
+    placed = sched.select_destinations(sched.parse_request(THREE), uuids)
+    assert [sel[0].instance_uuid for sel in placed] == uuids
+    assert _pending(sqlite_db) == dict.fromkeys(uuids, False)
+    assert sum(h.vcpus_used for h in sched.host_manager.host_states()) == 6
+
+
+def test_a_request_whose_claim_was_released_meanwhile_holds_nothing(sqlite_db, sched,
+                                                                    monkeypatch):
+    """One of the request's claims is released before the request is confirmed
+    (reaped, or given back by a failed try of the same request): the request
+    fails with Conflict and holds nothing, instead of answering a placement
+    that has no allocation."""
+    uuids = [str(uuid.uuid4()) for _ in range(3)]
+    real_place = sched._place_instance
+
+    def reaped_meanwhile(req, index, instance_uuid):
+        if index == 2:
+            sched.release(uuids[0], pending_before=models.utcnow() + __import__(
+                "datetime").timedelta(days=1))
+        return real_place(req, index, instance_uuid)
+
+    monkeypatch.setattr(sched, "_place_instance", reaped_meanwhile)
+    with pytest.raises(exception.Conflict, match=uuids[0]):
+        sched.select_destinations(sched.parse_request(THREE), uuids)
+    assert _pending(sqlite_db) == {}
+    assert sum(h.vcpus_used for h in sched.host_manager.host_states()) == 0
+
+
+def test_confirm_is_all_or_none(sqlite_db, sched):
+    from db import claims
+
+    held = [str(uuid.uuid4())]
+    sched.select_destinations(sched.parse_request(dict(SPEC, num_instances=1)), held,
+                              pending=True)
+    gone = str(uuid.uuid4())
+    assert claims.confirm(sqlite_db, held + [gone]) == ([], [gone])
+    assert _pending(sqlite_db) == {held[0]: True}           # still pending
+    assert claims.confirm(sqlite_db, held) == (held, [])
+    assert _pending(sqlite_db) == {held[0]: False}
