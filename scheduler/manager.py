@@ -132,7 +132,7 @@ def _expected(method: Callable) -> Callable:
             error = exception.InvalidRequest(field="arguments", reason=str(e))
             metrics.count_request(name, error, time.perf_counter() - started)
             raise _reply(error) from None
-        error = None
+        error: BaseException | None = None
         try:
             if name not in _AUTHORIZED_INSIDE:
                 self.policy.authorize(ctxt, name)
@@ -147,9 +147,13 @@ def _expected(method: Callable) -> Callable:
                 error = _internal(name, ctxt)
         except Exception:
             error = _internal(name, ctxt)
-        finally:
-            metrics.count_request(name, error, time.perf_counter() - started)
+        except BaseException as e:  # the call killed (eventlet Timeout, GreenletExit)
+            metrics.count_request(name, e, time.perf_counter() - started)
+            raise
+        else:
+            metrics.count_request(name, None, time.perf_counter() - started)
         if error is not None:
+            metrics.count_request(name, error, time.perf_counter() - started)
             raise _reply(error) from None
         _OUTAGE.answered()
         return result
@@ -258,7 +262,9 @@ class UnknownMethods:
     target = _Target(version=RPC_API_VERSION)
 
     def __getattr__(self, name: str):
-        if name.startswith("_"):
+        # oslo_*: oslo.messaging's reserved endpoint attributes (it warns at
+        # start about an endpoint that seems to have one)
+        if name.startswith(("_", "oslo_")):
             raise AttributeError(name)
 
         def unknown(ctxt, **kwargs):

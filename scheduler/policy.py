@@ -84,6 +84,14 @@ def list_rules() -> list:
     return RULES
 
 
+def _parsed(conf: cfg.ConfigOpts) -> bool:
+    try:
+        conf.find_file("policy.yaml")
+    except cfg.NotInitializedError:
+        return False
+    return True
+
+
 class Policy:
     """The enforcer of one worker; ``authorize`` raises ``Forbidden``."""
 
@@ -97,8 +105,13 @@ class Policy:
 
     def _get(self) -> policy.Enforcer:
         if self._enforcer is None:
-            enforcer = policy.Enforcer(self.conf)
+            # a configuration never parsed (Berth embedded in a program or a
+            # test) has no policy file to look for: the defaults apply
+            use_conf = _parsed(self.conf)
+            enforcer = policy.Enforcer(self.conf, use_conf=use_conf)
             enforcer.register_defaults(RULES)
+            if not use_conf:
+                enforcer.set_rules({r.name: r.check for r in RULES}, use_conf=False)
             self._enforcer = enforcer
         return self._enforcer
 

@@ -2,6 +2,7 @@
 replies never carry the server's traceback or file paths."""
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -9,6 +10,7 @@ from oslo_config import cfg
 
 from scheduler import exception, rpc
 from scheduler.cmd import scheduler as cmd_scheduler
+from scheduler.manager import UnknownMethods
 from scheduler.request_spec import RequestSpec
 from scheduler.rpcapi import SchedulerAPI
 from scheduler.service import SchedulerService
@@ -101,6 +103,21 @@ def test_startup_failure_lines():
     line = cmd_scheduler.startup_failure(amqp.exceptions.AccessRefused("Login was refused"))
     assert line.startswith("cannot use the message broker ([DEFAULT] transport_url): ")
     assert cmd_scheduler.startup_failure(ValueError("a bug")) is None
+
+
+def test_server_start_has_no_reserved_attribute_warning(caplog):
+    """The catch-all endpoint does not pretend to have oslo.messaging's
+    reserved ``oslo_*`` attributes (a WARNING at every worker start)."""
+    caplog.set_level(logging.WARNING)
+    assert not hasattr(UnknownMethods(), "oslo_rpc_server_ping")
+    assert callable(UnknownMethods().anything_else)
+    transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
+    try:
+        rpc.get_server(transport, "warn_" + uuid.uuid4().hex[:8], "s",
+                       [UnknownMethods()], backend="threading")
+    finally:
+        transport.cleanup()
+    assert not [r for r in caplog.records if "reserved Endpoint" in r.getMessage()]
 
 
 def test_unknown_method_is_a_typed_error_without_traceback(daemon):

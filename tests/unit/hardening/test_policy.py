@@ -12,6 +12,7 @@ import uuid
 import oslo_messaging
 import pytest
 from oslo_config import cfg
+from oslo_context.context import RequestContext
 
 from scheduler import exception, rpc
 from tests.unit.hardening import inproc
@@ -173,3 +174,20 @@ def test_policy_sample_is_current(tmp_path):
                    check=True, capture_output=True)
     with open("etc/berth/policy.yaml.sample") as f:
         assert out.read_text() == f.read(), "run tox -e genpolicy"
+
+
+def test_rules_apply_on_a_configuration_never_parsed():
+    """Berth embedded in a program that never parses a config (no policy file
+    to look for) still enforces the default rules instead of failing every
+    call with oslo.config's NotInitializedError."""
+    from scheduler import policy
+
+    conf = cfg.ConfigOpts()
+    conf.register_opts(policy.policy_opts, group="scheduler")
+    rules = policy.Policy(conf)
+    service = RequestContext(roles=["service"])
+    member = RequestContext(roles=["member"], project_id="a")
+    assert rules.allows(service, "list_hosts")
+    assert not rules.allows(member, "list_hosts")
+    assert rules.allows(member, "release", {"project_id": "a"})
+    assert not rules.allows(member, "release", {"project_id": "b"})

@@ -125,6 +125,29 @@ def test_manager_counts_each_request_by_result(sqlite_db, sched, conf):
     assert d("berth_instances_placed_total", dry_run="false") == 3
 
 
+def test_a_killed_call_counts_as_an_error_not_a_success(sqlite_db, sched, conf):
+    """A call stopped by a BaseException (eventlet's Timeout, GreenletExit) is
+    counted as result error, and the exception goes on up."""
+    class Killed(BaseException):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed()
+
+    manager = SchedulerManager(sqlite_db, sched, conf)
+    manager.scheduler.select_destinations = killed
+    sd = {"method": "select_destinations"}
+    d = Delta(key("berth_requests_total", result="placed", **sd),
+              key("berth_requests_total", result="error", **sd),
+              key("berth_request_duration_seconds_count", **sd))
+    with pytest.raises(Killed):
+        manager.select_destinations(rpc.new_context(),
+                                    {"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}})
+    assert d("berth_requests_total", result="placed", **sd) == 0
+    assert d("berth_requests_total", result="error", **sd) == 1
+    assert d("berth_request_duration_seconds_count", **sd) == 1
+
+
 def test_phases_filters_and_plugins_once_per_request(sched):
     phases = ("refresh", "filter", "weigh", "claim")
     d = Delta(*[key("berth_select_phase_duration_seconds_count", phase=p) for p in phases],
