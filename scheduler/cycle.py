@@ -265,7 +265,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
     hosts = cols.hosts
     for _ in range(3):
         answers.ensure(classes.size(name))
-        known = answers.codes[column[rows]]
+        known = answers.known(column[rows])
         v.codes[rows] = known
         todo = rows[known == UNKNOWN]
         if not len(todo):
@@ -279,7 +279,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
             code = int(column[r])
             reason = ask_host(flt, host, v.state)
             if host.version == seen:
-                answers.codes[code] = answers.code_of(reason)
+                answers.remember(code, reason)
         rows = todo
     for r in _paced(rows[v.codes[rows] == UNKNOWN].tolist(), deadline):
         v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))

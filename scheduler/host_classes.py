@@ -49,6 +49,22 @@ class ClassAnswers:
             grown[:len(self.codes)] = self.codes
             self.codes = grown
 
+    def known(self, codes: np.ndarray) -> np.ndarray:
+        """The answers of the classes ``codes`` (``UNKNOWN`` where none yet).
+        Classes get codes while requests run (another request's claim writes a
+        host's row with a new class): a code handed out since the last
+        ``ensure`` is made room for here."""
+        while True:
+            try:
+                return self.codes[codes]
+            except IndexError:
+                self.ensure(int(np.max(codes)) + 1)
+
+    def remember(self, code: int, reason: str | None) -> None:
+        """Class ``code``'s answer is ``reason`` (None: passes)."""
+        self.ensure(code + 1)
+        self.codes[code] = self.code_of(reason)
+
     def code_of(self, reason: str | None) -> int:
         """The answer code of a checked reason (``None`` passes)."""
         if reason is None:

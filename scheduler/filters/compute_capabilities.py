@@ -212,7 +212,7 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
         masks = []
         for item in items:
             answers = cols.classes.answers(name, ("spec", item.spec))
-            known = answers.codes[codes]
+            known = answers.known(codes)
             todo = np.flatnonzero(known == UNKNOWN)
             if len(todo):
                 _, first = np.unique(codes[todo], return_index=True)
@@ -221,8 +221,8 @@ class ComputeCapabilitiesFilter(BaseHostFilter):
                     seen = host.version
                     reason = self.host_passes_one(host, item)
                     if seen % 2 == 0 and versions[r] == seen and host.version == seen:
-                        answers.codes[codes[r]] = answers.code_of(reason)
-                known = answers.codes[codes]
+                        answers.remember(int(codes[r]), reason)
+                known = answers.known(codes)
                 for r in np.flatnonzero(known == UNKNOWN).tolist():
                     known[r] = answers.code_of(self.host_passes_one(hosts[r], item))
             masks.append(known != PASS)

@@ -161,6 +161,33 @@ def test_classes_ask_once_per_class(sqlite_db, conf):
     assert GoldByClassFilter.calls == 2
 
 
+def test_a_class_made_while_classes_are_asked(sqlite_db, conf):
+    """Another request's claim can give a host a class that did not exist when
+    this request started asking (a claim landing while a plugin yields): its
+    answer is remembered like the others (it was an IndexError, once in a few
+    thousand requests of the fault suite's load)."""
+    class TierFilter(GoldByClassFilter):
+        def host_passes(self, host, request):
+            if self.changed is None:
+                last = self.hm.columns.hosts[-1]
+                with self.hm._changing(last):
+                    last.stats = {"tier": "gold"}
+                self.changed = last.host
+            return super().host_passes(host, request)
+
+    hosts = [{"host": f"t{i:02d}", "vcpus": 8, "memory_mb": 16384, "local_gb": 100,
+              "stats": {"tier": f"tier-{i}"}} for i in range(20)]
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet({"hosts": hosts}))
+    flt = TierFilter(conf)
+    flt.changed = None
+    s = FilterScheduler(HostManager(sqlite_db, conf), conf, filters=[flt], weighers=[])
+    flt.hm = s.host_manager
+    placed = s.select_destinations(_spec(s), dry_run=True)
+    assert placed[0][0].host == flt.changed == "t19"     # the only gold host
+    answers = s.host_manager.columns.classes.answers(flt.class_column(""), "gold")
+    assert answers.known(np.array([20]))[0] == 0          # its class passes, remembered
+
+
 def test_the_recheck_before_a_claim_runs_plugins(sqlite_db, conf):
     class Flip(BaseHostFilter):
         seen: list = []
