@@ -95,6 +95,19 @@ multiprocess_dir = {metrics_dir}
 """
 
 
+def fault_problems(dep, load) -> list[str]:
+    """Faults of the daemon itself, whatever the experiment: a call answered
+    InternalError (or an untyped RemoteError), a traceback in a daemon's log."""
+    problems = [f"{k} x{n}" for k, n in load.outcomes().items()
+                if "InternalError" in k or "RemoteError" in k]
+    for d in dep.daemons:
+        text = d.log.read_text(errors="replace")
+        at = text.find("Traceback")
+        if at >= 0:
+            problems.append(f"{d.log.name}: " + text[max(0, at - 300):at + 2500])
+    return problems
+
+
 class Deployment:
     """One or more daemons serving one topic on one MariaDB database."""
 

@@ -108,7 +108,8 @@ def run_experiment(name: str, dep, fleet, report, inject: Callable[[], dict],
         "log": log_lines(dep, "Traceback", " ERROR ", " WARNING "),
     }
     report(result)
-    problems = before.problems() + after.problems() + invariants
+    problems = before.problems() + after.problems() + invariants + \
+        conftest.fault_problems(dep, load)
     assert not problems, f"{name}: {problems}\n{result}"
     assert not after.orphans_pending and not after.orphans_confirmed, result
     assert result["recovery_s"] is not None, result

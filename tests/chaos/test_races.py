@@ -49,7 +49,8 @@ def test_conflicts_per_placement(deploy, fleet, report, workers, spread):
               "nodes_reloaded": delta("berth_cache_nodes_reloaded_total")}
     report(result)
     rec = reconcile(dep.db, load.ledger)
-    problems = rec.problems() + invariant_problems(dep.db, fleet, load.ledger)
+    problems = rec.problems() + invariant_problems(dep.db, fleet, load.ledger) + \
+        conftest.fault_problems(dep, load)
     assert not problems, problems
     assert placed > 0
     off = _measured.get((workers, "off"))

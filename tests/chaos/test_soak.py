@@ -76,6 +76,7 @@ def test_soak_does_not_drift(deploy, fleet, report):
               "outcomes": load.outcomes(), "windows": windows}
     report(result)
     assert not rec.problems() and not invariants, (rec.problems(), invariants)
+    assert not conftest.fault_problems(dep, load), conftest.fault_problems(dep, load)
     first, last = windows[0], windows[-1]
     # No drift beyond noise: the last window within 1.5x (+20 ms) of the first.
     assert last["client_ms"]["p50"] <= 1.5 * first["client_ms"]["p50"] + 20, windows
