@@ -70,22 +70,27 @@ class _Outage:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.since: float | None = None
+        self.last_failed = 0.0
         self.refused = 0
 
     def failed(self, error: Exception) -> None:
         with self._lock:
             self.refused += 1
+            self.last_failed = time.monotonic()
             first = self.since is None
             if first:
-                self.since = time.monotonic()
+                self.since = self.last_failed
         if first:
             LOG.warning("Database unavailable (%s): calls fail with ServiceUnavailable "
                         "until it answers again", type(error).__name__)
         else:
             LOG.debug("Database still unavailable: %s", error)
 
-    def answered(self) -> None:
-        if self.since is None:
+    def answered(self, started: float) -> None:
+        """A call that started at ``started`` (``time.monotonic``) succeeded. One
+        that started before the last refused call proves nothing (it may have
+        done its database work before the outage began)."""
+        if self.since is None or started <= self.last_failed:
             return
         with self._lock:
             since, refused = self.since, self.refused
@@ -126,6 +131,7 @@ def _expected(method: Callable) -> Callable:
     @functools.wraps(method)
     def wrapper(self, ctxt, *args, **kwargs):
         started = time.perf_counter()
+        began = time.monotonic()
         try:
             signature.bind(self, ctxt, *args, **kwargs)
         except TypeError as e:      # a missing or unknown argument is the caller's error
@@ -155,7 +161,7 @@ def _expected(method: Callable) -> Callable:
         if error is not None:
             metrics.count_request(name, error, time.perf_counter() - started)
             raise _reply(error) from None
-        _OUTAGE.answered()
+        _OUTAGE.answered(began)
         return result
 
     wrapper.rpc_method = True

@@ -1,6 +1,7 @@
 """SchedulerManager: payloads validated on arrival, replies plain JSON, DB ops wired."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import oslo_messaging
@@ -266,6 +267,28 @@ def test_a_database_that_does_not_answer_is_a_typed_retryable_error(tmp_path, ca
                for r in caplog.records if r.levelno == logging.INFO)
     assert not [r for r in caplog.records if r.exc_info]
     db.dispose()
+
+
+def test_a_call_in_flight_when_the_outage_began_does_not_end_it(caplog):
+    """A call that started before the database went away and still succeeded
+    (its database work was done) does not end the outage: one WARNING per
+    outage, not one more each time such a call lands (seen in the fault suite)."""
+    import logging
+
+    from scheduler import manager as manager_mod
+
+    caplog.set_level(logging.INFO, logger="scheduler.manager")
+    outage = manager_mod._Outage()
+    in_flight = time.monotonic()
+    outage.failed(RuntimeError("gone"))
+    outage.answered(in_flight)
+    outage.failed(RuntimeError("gone"))
+    assert outage.since is not None
+    outage.answered(time.monotonic())
+    assert outage.since is None
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [lvl for lvl, _ in lines] == [logging.WARNING, logging.INFO]
+    assert "2 calls refused" in lines[1][1]
 
 
 def test_other_database_errors_stay_faults(sqlite_db, caplog):
