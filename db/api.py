@@ -266,8 +266,14 @@ class Database:
             try:
                 with conn.begin():
                     yield conn
-            except (sa_exc.SQLAlchemyError, db_exc.DBError):
+            except (sa_exc.SQLAlchemyError, db_exc.DBError) as e:
                 close_quietly(conn)
+                if isinstance(e, db_exc.DBConnectionError) or \
+                        getattr(e, "connection_invalidated", False):
+                    # the server went away or restarted: the idle ones are
+                    # as dead (a retry must not go through each of them)
+                    while self._kept:
+                        close_quietly(self._kept.pop())
                 raise
             except BaseException:
                 if conn.invalidated or conn.closed:

@@ -124,7 +124,10 @@ _CLAIM = _claim_update(with_numa=False)
 _CLAIM_WITH_NUMA = _claim_update(with_numa=True)
 _INSERT_ALLOCATION = sa.insert(_alloc)
 _INSERT_SPEC = sa.insert(_specs)
-_SPEC_EXISTS = sa.select(_specs.c.id).where(_specs.c.id == sa.bindparam("b_spec"))
+#: Share-locked: a release that would delete the spec as orphaned (its last
+#: allocation gone) waits until this claim's allocation refers to it.
+_SPEC_EXISTS = (sa.select(_specs.c.id).where(_specs.c.id == sa.bindparam("b_spec"))
+                .with_for_update(read=True))
 _DELETE_ORPHAN_SPEC = sa.delete(_specs).where(
     _specs.c.id == sa.bindparam("b_spec"),
     ~sa.exists().where(_alloc.c.request_spec_id == _specs.c.id))

@@ -387,11 +387,11 @@ class FilterScheduler:
 
     def release(self, instance_uuid: str, *,
                 pending_before: datetime.datetime | None = None,
-                why: str = "its claim was not confirmed within [scheduler] claim_ttl"
+                why: str | None = "its claim was not confirmed within [scheduler] claim_ttl"
                 ) -> bool:
         """Free the instance's allocation; False if it held none (idempotent).
         ``pending_before``: only if it is still pending and older (the reaper,
-        which logs ``why``)."""
+        which logs ``why`` as a WARNING; None: an INFO line as any release)."""
         hm = self.host_manager
         # Under the cached host's lock, as a claim: this worker's claims of the
         # host wait until the cache has the release (else they would claim with
@@ -407,7 +407,7 @@ class FilterScheduler:
                                        and cached.node_id == released.node_id)
         if not applied:
             hm.refresh_nodes([released.node_id])
-        if pending_before is None:
+        if pending_before is None or why is None:
             LOG.info("Released %s from %s", instance_uuid, released.host)
         else:
             LOG.warning("Released %s from %s: %s", instance_uuid, released.host, why)
@@ -805,10 +805,15 @@ class FilterScheduler:
     def _undo(self, claimed: list[str], pending: bool) -> None:
         """Give back a failed request's claims. Those of a request of several
         instances are pending: what cannot be released now (the database went
-        away) the reaper releases after ``[scheduler] claim_ttl``."""
+        away) the reaper releases after ``[scheduler] claim_ttl``; one that is
+        confirmed already is not this try's to give back (another try of the
+        same request took it over and answered it)."""
         for instance_uuid in claimed:
             try:
-                self.release(instance_uuid)
+                if pending:
+                    self.release(instance_uuid, pending_before=_FAR_FUTURE, why=None)
+                else:
+                    self.release(instance_uuid)
             except Exception as e:      # keep undoing the others
                 if pending:
                     LOG.warning("Could not release %s while undoing a failed request "

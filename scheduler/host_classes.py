@@ -15,6 +15,7 @@ state many times), the owner builds fresh columns with a new ``HostClasses``
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Callable, Hashable
 
 import numpy as np
@@ -83,6 +84,7 @@ class HostClasses:
         self._key_fns: dict[str, Callable] = {}
         self._codes: dict[str, dict[Hashable, int]] = {}
         self._memos: collections.OrderedDict = collections.OrderedDict()
+        self._new_code = threading.Lock()
 
     def register(self, name: str, key_fn: Callable) -> None:
         """Make ``name`` a class column computed by ``key_fn(host)``."""
@@ -111,7 +113,10 @@ class HostClasses:
         codes = self._codes[name]
         code = codes.get(key)
         if code is None:
-            code = codes[key] = len(codes)
+            # Two threads (threading backend) naming new keys at once must not
+            # get one code: setdefault is atomic, len() before it is not.
+            with self._new_code:
+                code = codes.setdefault(key, len(codes))
         return code
 
     def size(self, name: str) -> int:

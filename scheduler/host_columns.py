@@ -195,7 +195,7 @@ class HostColumns:
         versions = self.versions
         for i in rows:
             hs = hosts[i]
-            versions[i] = hs.version
+            version = hs.version
             values = _row_values(hs)
             for col, value in zip(floats, values, strict=False):
                 col[i] = value
@@ -218,6 +218,9 @@ class HostColumns:
                 key = classes.key(name, hs)
                 keys[i] = key
                 codes[i] = classes.code(name, key)
+            # Stamped last: a reader that finds the stamp equal to the host's
+            # version reads a row written whole (with its class codes).
+            versions[i] = version
 
     # -- reading ----------------------------------------------------------------
     def class_codes(self, name: str) -> np.ndarray:

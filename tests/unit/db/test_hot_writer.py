@@ -92,9 +92,88 @@ def test_claim_survives_a_killed_kept_connection(mariadb_db):
     assert uuids == {_uuid(1), _uuid(2)}
 
 
+def test_a_lost_server_drops_every_kept_connection(mariadb_db):
+    """The server restarted (here: every kept connection killed): the first
+    claim that meets a dead one drops them all and retries on a fresh one,
+    instead of spending its retries on each dead connection in turn."""
+    node = _one_host(mariadb_db)
+    held = [mariadb_db._take_kept() for _ in range(mariadb_db.KEPT_IDLE)]
+    ids = [c.exec_driver_sql("SELECT CONNECTION_ID()").scalar() for c in held]
+    for c in held:
+        c.commit()
+        mariadb_db._give_back(c)
+    assert len(mariadb_db._kept) == mariadb_db.KEPT_IDLE
+    with mariadb_db.writer_connection() as conn:
+        for i in ids:
+            conn.exec_driver_sql(f"KILL {int(i)}")
+    _claim(mariadb_db, node, _uuid(1))
+    assert _usage(mariadb_db, node) == (1, 1)
+    assert len(mariadb_db._kept) == 1 and mariadb_db._kept[0] not in held
+    assert all(c.closed for c in held)
+
+
 def test_dispose_closes_kept_connections(sqlite_db):
     node = _one_host(sqlite_db)
     _claim(sqlite_db, node, _uuid(1))
     kept = sqlite_db._kept[0]
     sqlite_db.dispose()
     assert kept.closed and not sqlite_db._kept
+
+
+def test_a_release_does_not_delete_the_spec_a_claim_is_using(mariadb_db, monkeypatch):
+    """A claim that found its request's stored spec (an earlier instance's
+    allocation refers to it) keeps it: a release of that last allocation,
+    committed between the claim's check and its INSERT, would delete the spec
+    as orphaned and fail the claim on the foreign key (an InternalError)."""
+    import contextlib
+    import threading
+
+    db_hosts.import_fleet(mariadb_db, fleet_mod.load_fleet(
+        {"hosts": [{"host": h, "vcpus": 8, "memory_mb": 8192, "local_gb": 100}
+                   for h in ("h1", "h2")]}))
+    with mariadb_db.reader_connection() as conn:
+        node, other = conn.execute(sa.select(_cn.c.id).order_by(_cn.c.host)).scalars()
+    # the request's first instance went to the other host
+    first = claims.claim(mariadb_db, claims.ClaimRecord(
+        instance_uuid=_uuid(1), node_id=other, seen_generation=0, vcpus=1, memory_mb=512,
+        disk_mb=1024, request_spec='{"flavor": {"vcpus": 1}}'))
+    spec_id = first.request_spec_id
+    assert spec_id is not None
+    real_hot_writer = mariadb_db.hot_writer
+    releaser = threading.Thread(target=claims.release, args=(mariadb_db, _uuid(1)))
+
+    class Pausing:
+        """The claim's connection: right after the spec check, the release runs
+        (given a second to finish) before the claim goes on."""
+
+        def __init__(self, conn):
+            self._conn = conn
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        def execute(self, stmt, *args, **kwargs):
+            result = self._conn.execute(stmt, *args, **kwargs)
+            if stmt is claims._SPEC_EXISTS and not releaser.is_alive():
+                releaser.start()
+                releaser.join(1.0)
+            return result
+
+    @contextlib.contextmanager
+    def hot_writer():
+        with real_hot_writer() as conn:
+            yield Pausing(conn) if threading.current_thread() is not releaser else conn
+
+    monkeypatch.setattr(mariadb_db, "hot_writer", hot_writer)
+    second = claims.claim(mariadb_db, claims.ClaimRecord(
+        instance_uuid=_uuid(2), node_id=node, seen_generation=0, vcpus=1, memory_mb=512,
+        disk_mb=1024, request_spec_id=spec_id))
+    releaser.join(30)
+    assert not releaser.is_alive()
+    assert second.request_spec_id == spec_id
+    a, s = models.Allocation.__table__, models.RequestSpecRow.__table__
+    with mariadb_db.reader_connection() as conn:
+        assert conn.execute(sa.select(a.c.instance_uuid, a.c.request_spec_id)).all() == \
+            [(_uuid(2), spec_id)]
+        assert conn.execute(sa.select(s.c.id)).scalars().all() == [spec_id]
+    assert _usage(mariadb_db, node) == (1, 1) and _usage(mariadb_db, other) == (0, 0)

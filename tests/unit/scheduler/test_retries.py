@@ -239,6 +239,35 @@ def test_a_request_whose_claim_was_released_meanwhile_holds_nothing(sqlite_db, s
     assert sum(h.vcpus_used for h in sched.host_manager.host_states()) == 0
 
 
+def test_a_failed_try_does_not_give_back_what_another_try_answered(sqlite_db, sched,
+                                                                  monkeypatch):
+    """Two tries of one request: try A claimed the first instance (pending);
+    try B met it, placed the second and answered the whole request (its claims
+    confirmed). A then fails (NoValidHost, a timeout, the database): its undo
+    must not release the claim B answered, else the caller holds a placement
+    with no allocation behind it."""
+    uuids = [str(uuid.uuid4()) for _ in range(2)]
+    real_place = sched._place_instance
+    answered = {}
+
+    def other_try_meanwhile(req, index, instance_uuid):
+        if index == 1 and not answered:
+            monkeypatch.setattr(sched, "_place_instance", real_place)
+            answered["b"] = sched.select_destinations(sched.parse_request(SPEC), uuids)
+            raise exception.NoValidHost(reason="the other try took the last room")
+        return real_place(req, index, instance_uuid)
+
+    monkeypatch.setattr(sched, "_place_instance", other_try_meanwhile)
+    a = sched.select_destinations(sched.parse_request(SPEC), uuids)
+    b = answered["b"]
+    held = dict(_allocations(sqlite_db))
+    assert set(held) == set(uuids) and _pending(sqlite_db) == dict.fromkeys(uuids, False)
+    assert [sel[0].host for sel in a] == [sel[0].host for sel in b]
+    nodes = {h.host: h.node_id for h in sched.host_manager.host_states()}
+    assert [held[u] for u in uuids] == [nodes[sel[0].host] for sel in b]
+    assert sum(h.vcpus_used for h in sched.host_manager.host_states()) == 4
+
+
 def test_confirm_is_all_or_none(sqlite_db, sched):
     from db import claims
 
