@@ -129,6 +129,15 @@ def close_quietly(conn: Connection) -> None:
         pass
 
 
+def _drop_quietly(conn: Connection) -> None:
+    """Throw a connection away without talking to the server."""
+    try:
+        conn.invalidate()
+        conn.close()
+    except Exception:
+        pass
+
+
 #: Tries of a retried operation at most, and the sleeps between them (doubling).
 MAX_TRIES = 6
 FIRST_SLEEP, MAX_SLEEP = 0.05, 1.0
@@ -271,9 +280,11 @@ class Database:
                 if isinstance(e, db_exc.DBConnectionError) or \
                         getattr(e, "connection_invalidated", False):
                     # the server went away or restarted: the idle ones are
-                    # as dead (a retry must not go through each of them)
+                    # as dead (a retry must not go through each of them).
+                    # Invalidated, not closed: closing rolls back first, which
+                    # on a dead connection the pool logs as an ERROR.
                     while self._kept:
-                        close_quietly(self._kept.pop())
+                        _drop_quietly(self._kept.pop())
                 raise
             except BaseException:
                 if conn.invalidated or conn.closed:
