@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import logging
 import os
 import threading
 import time
@@ -127,6 +128,34 @@ def close_quietly(conn: Connection) -> None:
         conn.close()
     except Exception:       # the connection may be gone already
         pass
+
+
+#: MySQL client errors of a connection the server dropped.
+_LOST_CONNECTION = {2006, 2013, 2055}
+
+
+class _LostConnectionReset(logging.Filter):
+    """The pool rolls a connection back when it is returned; when the database
+    stopped meanwhile that rollback fails and SQLAlchemy logs an ERROR with a
+    traceback, though the connection is simply thrown away. In an outage that
+    is expected: one WARNING line instead (the outage itself is said by the
+    scheduler). Any other reset failure stays an ERROR."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.levelno >= logging.ERROR and exc is not None and \
+                str(record.msg).startswith("Exception during reset") and \
+                getattr(exc, "args", (None,))[0] in _LOST_CONNECTION:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "Could not roll back a pooled connection the database dropped " \
+                         "(%s); it is discarded"
+            record.args = (exc,)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+for _name in ("sqlalchemy.pool.impl.QueuePool", "sqlalchemy.pool.base"):
+    logging.getLogger(_name).addFilter(_LostConnectionReset())
 
 
 def _drop_quietly(conn: Connection) -> None:
@@ -276,9 +305,10 @@ class Database:
                 with conn.begin():
                     yield conn
             except (sa_exc.SQLAlchemyError, db_exc.DBError) as e:
-                close_quietly(conn)
-                if isinstance(e, db_exc.DBConnectionError) or \
-                        getattr(e, "connection_invalidated", False):
+                lost = isinstance(e, db_exc.DBConnectionError) or \
+                    getattr(e, "connection_invalidated", False)
+                (_drop_quietly if lost else close_quietly)(conn)
+                if lost:
                     # the server went away or restarted: the idle ones are
                     # as dead (a retry must not go through each of them).
                     # Invalidated, not closed: closing rolls back first, which

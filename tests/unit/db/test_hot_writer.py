@@ -182,3 +182,27 @@ def test_a_release_does_not_delete_the_spec_a_claim_is_using(mariadb_db, monkeyp
             [(_uuid(2), spec_id)]
         assert conn.execute(sa.select(s.c.id)).scalars().all() == [spec_id]
     assert _usage(mariadb_db, node) == (1, 1) and _usage(mariadb_db, other) == (0, 0)
+
+
+def test_a_pool_reset_on_a_dropped_connection_is_one_warning(caplog):
+    """SQLAlchemy's ERROR with a traceback for a pooled connection the server
+    dropped (its rollback on return fails in a database outage) becomes one
+    WARNING line; another reset failure stays an ERROR with its traceback."""
+    import logging
+
+    import pymysql
+
+    from db import api  # noqa: F401  (installs the filter)
+
+    log = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+    caplog.set_level(logging.INFO)
+    for error in (pymysql.err.OperationalError(2013, "Lost connection to MySQL server"),
+                  pymysql.err.OperationalError(1205, "Lock wait timeout exceeded")):
+        try:
+            raise error
+        except pymysql.err.OperationalError:
+            log.error("Exception during reset or similar", exc_info=True)
+    dropped, other = caplog.records[-2:]
+    assert (dropped.levelno, dropped.exc_info) == (logging.WARNING, None)
+    assert "Lost connection" in dropped.getMessage() and "discarded" in dropped.getMessage()
+    assert other.levelno == logging.ERROR and other.exc_info is not None
