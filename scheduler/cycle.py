@@ -257,14 +257,11 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
     it was asked; rows still unknown after a few rounds are asked one by one.
     """
     flt = v.step.flt
-    name = v.classed
-    classes = cols.classes
-    column = cols.class_codes(name)
+    column = cols.class_codes(v.classed)
     versions = cols.versions
     answers = v.answers
     hosts = cols.hosts
     for _ in range(3):
-        answers.ensure(classes.size(name))
         known = answers.known(column[rows])
         v.codes[rows] = known
         todo = rows[known == UNKNOWN]

@@ -166,10 +166,6 @@ class _Request:
     #: instances), so that claims a failed undo leaves behind are reaped.
     pending: bool = False
 
-    def check_deadline(self, index: int) -> None:
-        """One clock read: raise RequestTimeout once the deadline has passed."""
-        self.deadline.check(index)
-
 
 #: ``pending_before`` that any pending claim is older than.
 _FAR_FUTURE = datetime.datetime(9999, 1, 1)
@@ -307,7 +303,7 @@ class FilterScheduler:
         claimed: list[str] = []
         try:
             for index, instance_uuid in enumerate(uuids):
-                req.check_deadline(index)
+                req.deadline.check(index)
                 if index:
                     time.sleep(0)   # let other requests of this worker run (eventlet)
                 weight, chosen, consumed, alternates = self._place_instance(
@@ -545,7 +541,7 @@ class FilterScheduler:
         the other candidates in pick order)."""
         for attempt in range(self.conf.scheduler.claim_retries + 1):
             if attempt:
-                req.check_deadline(index)
+                req.deadline.check(index)
             request = self._context(req, index)
             if attempt:
                 metrics.count_claim_retry("group_changed")
@@ -810,10 +806,8 @@ class FilterScheduler:
         same request took it over and answered it)."""
         for instance_uuid in claimed:
             try:
-                if pending:
-                    self.release(instance_uuid, pending_before=_FAR_FUTURE, why=None)
-                else:
-                    self.release(instance_uuid)
+                self.release(instance_uuid, pending_before=_FAR_FUTURE if pending else None,
+                             why=None)
             except Exception as e:      # keep undoing the others
                 if pending:
                     LOG.warning("Could not release %s while undoing a failed request "
