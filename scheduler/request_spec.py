@@ -90,10 +90,11 @@ def _str_mapping(value: Any, field: str) -> dict[str, str]:
 
 
 def _unknown(data: Mapping, allowed: frozenset, field: str) -> None:
-    extra = sorted(set(data) - allowed)
+    extra = sorted((k for k in data if k not in allowed), key=repr)
     if extra:
-        where = f"{field}.{extra[0]}" if field else extra[0]
-        raise InvalidRequest(field=where, reason="unknown key")
+        # An empty or non-text key is named by its repr, so the field never reads ''.
+        key = extra[0] if isinstance(extra[0], str) and extra[0] else repr(extra[0])
+        raise InvalidRequest(field=f"{field}.{key}" if field else key, reason="unknown key")
 
 
 def _uuid(value: Any, field: str) -> str:

@@ -53,6 +53,9 @@ def test_round_trip():
 BAD = [
     ("not an object", ["x"], "request_spec"),
     ("unknown top-level key", spec(colour="blue"), "colour"),
+    ("empty top-level key", {"": None}, "''"),
+    ("non-text top-level key", {1: None, "flavor": BASE["flavor"]}, "1"),
+    ("empty flavor key", flavor(**{"": 1}), "flavor.''"),
     ("missing flavor", {}, "flavor"),
     ("missing vcpus", spec(flavor={"memory_mb": 1, "root_gb": 1}), "flavor.vcpus"),
     ("missing memory", spec(flavor={"vcpus": 1, "root_gb": 1}), "flavor.memory_mb"),
