@@ -3,19 +3,17 @@ RPC ``capacity``).
 
 The answer is exact, not an estimate from totals: it is what placing instances
 one by one would get until ``NoValidHost``, computed with the real pipeline
-(every enabled filter, NUMA fitting, PCI pools, server-group policies). One dry
-run of a multi-instance request places its instances on a private overlay of
-the host states and claims nothing; it stops at the first instance no host
-takes, and that instance's index is the count. The dry run is sized by an upper
-bound from the free resources (so one pass is usually enough) and doubled if
-the bound was low (e.g. an aggregate raises an allocation ratio).
+(every enabled filter, NUMA fitting, PCI pools, server-group policies) on a
+private overlay of the host states, claiming nothing
+(``FilterScheduler.count_fits``).
 
-Weighing only decides *which* host takes the next instance. Without a hard
-affinity policy, a host's feasibility for the next instance depends only on that
+Weighing only decides *which* host takes the next instance. Without an
+affinity policy, a host's answer for the next instance depends only on that
 host's own state (resources, NUMA cells, PCI pools, the group's members on it),
-so every order fills each host to the same count: the dry run then skips the
-weighers (a third of a placement's cost). With affinity the first pick decides
-where all the others go, so the configured weighers pick it as they would.
+so every order fills each host to the same count: the count places one instance
+on every passing host per round, without weighers, until a round places
+nothing. With affinity the first pick decides where all the others go, so the
+configured weighers pick it as they would.
 
 Per availability zone and per aggregate the same count is made with the request
 restricted to that zone's or aggregate's hosts (a ``force_hosts`` list, which in
@@ -58,41 +56,9 @@ def parse_requests(data: Any, parse) -> list[tuple[str, RequestSpec]]:
     return out
 
 
-def _upper_bound(hosts, spec: RequestSpec) -> int:
-    """Instances the free vCPU, RAM and disk could hold by the hosts' own ratios."""
-    total = 0
-    for hs in hosts:
-        room = []
-        for need, free in (
-                (spec.vcpus, (hs.vcpus - hs.reserved_host_cpus) * hs.cpu_allocation_ratio
-                 - hs.vcpus_used),
-                (spec.memory_mb, (hs.memory_mb - hs.reserved_host_memory_mb)
-                 * hs.ram_allocation_ratio - hs.memory_mb_used),
-                (spec.disk_mb, (hs.local_gb * 1024 - hs.reserved_host_disk_mb)
-                 * hs.disk_allocation_ratio - hs.disk_mb_used)):
-            if need > 0:
-                room.append(max(int(free // need), 0))
-        total += min(room) if room else 0
-    return total
-
-
-def _needs_weighers(spec: RequestSpec) -> bool:
-    return spec.instance_group is not None and spec.instance_group.policy == "affinity"
-
-
-def _counting_scheduler(scheduler):
-    """The same filters (and host states) without weighers."""
-    from scheduler.filter_scheduler import FilterScheduler
-
-    return FilterScheduler(scheduler.host_manager, scheduler.conf,
-                           filters=scheduler.filters, weighers=[])
-
-
-def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None,
-          unweighed=None) -> dict:
+def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None) -> dict:
     """How many more instances of ``spec`` fit now (on ``hosts`` only, if given).
 
-    ``unweighed``: a :func:`_counting_scheduler` of ``scheduler`` to reuse.
     Returns ``{"fits": n, "limited_by": text}``: ``limited_by`` is why instance
     ``n + 1`` was refused (the NoValidHost explanation).
     """
@@ -104,21 +70,8 @@ def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None,
         if not wanted:
             return {"fits": 0, "limited_by": "no hosts"}
         one = one.replace(force_hosts=tuple(sorted(wanted)))
-    listed = set(one.force_hosts)
-    candidates = [hs for hs in scheduler.host_manager.host_states()
-                  if hosts is None or hs.host in listed]
-    size = _upper_bound(candidates, one) + 1
-    if not _needs_weighers(one):
-        scheduler = unweighed or _counting_scheduler(scheduler)
-    while True:
-        trial = one.replace(num_instances=size)
-        try:
-            scheduler.select_destinations(trial, dry_run=True)
-        except exception.NoValidHost as e:
-            summary = e.summary or {}
-            return {"fits": int(summary.get("instance_index", 0)),
-                    "limited_by": e.reason}
-        size *= 2
+    fits, refusal = scheduler.count_fits(one)
+    return {"fits": fits, "limited_by": refusal.reason}
 
 
 def _zones_and_aggregates(scheduler) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -138,16 +91,14 @@ def capacity(scheduler, requests: Sequence[tuple[str, RequestSpec]], per_az: boo
     """The count for each named request, optionally per zone and per aggregate."""
     zones, aggregates = _zones_and_aggregates(scheduler) if (per_az or per_aggregate) \
         else ({}, {})
-    unweighed = _counting_scheduler(scheduler)
     out = []
     for name, spec in requests:
-        entry: dict[str, Any] = {"request": name, **count(scheduler, spec,
-                                                          unweighed=unweighed)}
+        entry: dict[str, Any] = {"request": name, **count(scheduler, spec)}
         if per_az:
-            entry["per_az"] = {z: count(scheduler, spec, hosts, unweighed)["fits"]
+            entry["per_az"] = {z: count(scheduler, spec, hosts)["fits"]
                                for z, hosts in zones.items()}
         if per_aggregate:
-            entry["per_aggregate"] = {a: count(scheduler, spec, hosts, unweighed)["fits"]
+            entry["per_aggregate"] = {a: count(scheduler, spec, hosts)["fits"]
                                       for a, hosts in aggregates.items()}
         out.append(entry)
     return out

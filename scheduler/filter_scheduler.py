@@ -17,6 +17,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import json
 import random
 import time
@@ -24,6 +25,7 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from oslo_config import cfg
 from oslo_log import log as logging
 
@@ -381,6 +383,78 @@ class FilterScheduler:
         LOG.debug("select_destinations took %.2f ms", elapsed * 1000)
         return results
 
+    def count_fits(self, spec: RequestSpec) -> tuple[int, exception.NoValidHost]:
+        """How many more instances of ``spec`` (one per placement) fit now, and
+        why the next one does not: a dry run that claims nothing.
+
+        Without an affinity policy a host's answer for the next instance depends
+        on that host alone (its resources, cells, devices and its own group
+        members), so any order of placement fills each host to the same count.
+        The instances are therefore placed in rounds: each round asks the
+        filters once over the whole fleet and puts one instance on every host
+        that passes, until a round places nothing. A fleet of small hosts is
+        counted in a few rounds whatever the number of instances; the rounds
+        are as many as the most instances one host takes. With affinity the
+        first pick decides where the others go: one instance per round, on the
+        host the weighers pick, as ``select_destinations`` would.
+
+        Bounded by ``[scheduler] request_timeout`` (RequestTimeout), not by
+        ``max_request_work`` (which bounds a request's instances, not a count).
+        """
+        one = spec.replace(num_instances=1, instance_uuids=None)
+        deadline = Deadline(self.conf.scheduler.request_timeout, _clock)
+        self.host_manager.refresh()
+        group = one.instance_group.uuid if one.instance_group else one.scheduler_hints.group
+        affinity = one.instance_group is not None and one.instance_group.policy == "affinity"
+        keep = max(self.conf.filter_scheduler.host_subset_size,
+                   self.conf.scheduler.max_attempts) + 8
+        cycle = cycles.Cycle(self.steps, self.weighers if affinity else (),
+                             self.host_manager.columns, keep, deadline)
+        req = _Request(spec=one, dry_run=True, group=group, cycle=cycle, deadline=deadline,
+                       timings=metrics.SelectTimings())
+        placed = 0
+        given_up: set[int] = set()      # rows whose fit failed: nothing changes them
+        refused: collections.Counter = collections.Counter()
+        for index in itertools.count():
+            deadline.check(placed)
+            request = self._context(req, index)
+            rows, _ = cycle.candidates(request)
+            if given_up:
+                rows = rows[~np.isin(rows, list(given_up))]
+            if affinity and len(rows):
+                try:
+                    _, chosen, consumed, _ = self._place(
+                        req, cycle.weigh(request, rows), request, f"capacity-{placed}")
+                except exception.NoValidHost as e:
+                    e.summary["instance_index"] = placed
+                    return placed, e
+                self._count_one(req, chosen, consumed, placed)
+                placed += 1
+                continue
+            before = placed
+            for row in deadline.paced(rows.tolist()):
+                host = cycle.cols.hosts[row]
+                with host.lock():
+                    consumed, reason = self._fit(one, host)
+                if reason:
+                    refused[reason] += 1
+                    given_up.add(row)
+                    continue
+                self._count_one(req, host, consumed, placed)
+                placed += 1
+            if placed == before:
+                e = self._no_valid_host(req, request, refused)
+                e.summary["instance_index"] = placed
+                return placed, e
+        raise AssertionError("unreachable")
+
+    def _count_one(self, req: _Request, host: HostState, consumed: Consumed,
+                   placed: int) -> None:
+        """A counted instance on ``host``: the next rounds see it there."""
+        if req.group:
+            req.local_group[host.host] += 1
+        self._show_dry_claim(req, host, consumed, f"capacity-{placed}")
+
     def release(self, instance_uuid: str, *,
                 pending_before: datetime.datetime | None = None,
                 why: str | None = "its claim was not confirmed within [scheduler] claim_ttl"
@@ -661,7 +735,11 @@ class FilterScheduler:
         reason = req.cycle.recheck(self._context(req, index), host)
         if reason:
             return None, reason
-        spec = req.spec
+        return self._fit(req.spec, host)
+
+    @staticmethod
+    def _fit(spec: RequestSpec, host: HostState) -> tuple[Consumed | None, str | None]:
+        """Where the instance's NUMA cells and PCI devices go on ``host`` (under its lock)."""
         if spec.numa_topology is None and not spec.pci_requests:
             return Consumed(node_id=host.node_id, generation=host.generation), None
         fit = host.fit(spec)

@@ -3,6 +3,7 @@
     python tools/ops_bench.py import --hosts 1000 10000 [--mariadb]
     python tools/ops_bench.py simulate --hosts 1000 [--steps 60]
     python tools/ops_bench.py replay --hosts 1000 10000 [--requests 500]
+    python tools/ops_bench.py capacity --hosts 1000 10000
 
 ``fleet_document(n, seed)`` is a fleet *file* (the YAML document an operator
 imports, not database rows): varied sizes, two zones, NUMA on half the hosts,

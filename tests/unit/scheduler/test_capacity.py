@@ -3,6 +3,7 @@ NUMA, PCI and server groups, and it claims nothing."""
 from __future__ import annotations
 
 import os
+import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
@@ -131,3 +132,85 @@ def test_format_capacity_shows_counts_and_reasons(scheduler):
     assert text.splitlines()[0].split() == ["REQUEST", "FITS", "LIMITED", "BY"]
     assert f"sriov {rows[0]['fits']}" in " ".join(text.split())
     assert "az az1" in text
+
+
+def test_capacity_is_not_bounded_by_max_request_work(scheduler):
+    """The count is not one request of many instances: max_request_work (which
+    refused `capacity` on a 1,000-host fleet with a 4-vCPU flavor) does not apply."""
+    _db, sched = scheduler
+    hosts = sched.host_manager.columns.n
+    [(_n, spec)] = capacity.parse_requests(REQUESTS["anti-affinity"], sched.parse_request)
+    unbounded = capacity.count(sched, spec)["fits"]
+    assert unbounded * hosts > hosts
+    cfg.CONF.set_override("max_request_work", hosts, group="scheduler")
+    try:
+        assert capacity.count(sched, spec)["fits"] == unbounded
+        with pytest.raises(exception.InvalidRequest, match="max_request_work"):
+            sched.select_destinations(spec.replace(num_instances=2), dry_run=True)
+    finally:
+        cfg.CONF.clear_override("max_request_work", group="scheduler")
+
+
+@pytest.fixture(scope="module")
+def realistic(tmp_path_factory):
+    """A generated fleet of several hardware models with usage on it, the bench's
+    filters, weighers and PCI aliases, and one request of every kind of its trace."""
+    from db.api import Database
+    from scheduler.filter_scheduler import FilterScheduler
+    from scheduler.host_manager import HostManager
+    from tools.bench import fleet as bench_fleet
+    from tools.bench import replay as bench_replay
+    from tools.bench import trace as bench_trace
+
+    fleet_ = bench_fleet.generate_fleet(60, seed=11)
+    kinds = {}
+    for op in bench_trace.generate_trace(fleet_, 400, seed=12):
+        if op["op"] == "select":
+            kinds.setdefault(op["kind"], op["spec"])
+    # groups no instance belongs to yet: the first pick decides (affinity)
+    for policy in ("affinity", "anti-affinity"):
+        kinds[f"new-{policy}"] = kinds["plain"] | {"instance_group": {
+            "uuid": str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, policy)), "policy": policy}}
+    bdb = bench_fleet.create_database("sqlite", str(tmp_path_factory.mktemp("capacity")))
+    bench_fleet.load_fleet(bdb.db, fleet_)
+    conf = cfg.CONF
+    bench_replay.configure(conf, bench_replay.realistic_plugins())
+    conf.set_override("max_request_work", 0, group="scheduler")
+    try:
+        sched = FilterScheduler(HostManager(Database(bdb.url), conf), conf, seed=3)
+        yield sched, kinds
+    finally:
+        for name in ("enabled_filters", "weight_classes"):
+            conf.clear_override(name, group="filter_scheduler")
+        conf.clear_override("alias", group="pci")
+        conf.clear_override("service_down_time")
+        conf.clear_override("max_request_work", group="scheduler")
+        bdb.drop()
+
+
+def test_rounds_count_what_one_dry_run_of_many_instances_places(realistic):
+    """Per request kind of the realistic trace (pinned CPUs with every policy,
+    pages, two cells, VFs, GPUs, groups, hints, zones): the count made in rounds
+    equals what one dry run placing instances one after the other places before
+    its first NoValidHost."""
+    sched, kinds = realistic
+    assert len(kinds) >= 15
+    checked = 0
+    for kind, data in sorted(kinds.items()):
+        spec = sched.parse_request({k: v for k, v in data.items()
+                                    if k not in ("num_instances", "instance_uuids")})
+        counted = capacity.count(sched, spec)
+        fits = counted["fits"]
+        try:
+            sched.select_destinations(spec.replace(num_instances=fits + 1), dry_run=True)
+        except exception.NoValidHost as e:
+            assert e.summary["instance_index"] == fits, kind
+            if not fits:
+                assert e.reason == counted["limited_by"], kind
+        else:
+            raise AssertionError(f"{kind}: {fits + 1} instances fit, counted {fits}")
+        if fits:
+            assert len(sched.select_destinations(spec.replace(num_instances=fits),
+                                                 dry_run=True)) == fits
+            checked += 1
+    assert checked >= 10
