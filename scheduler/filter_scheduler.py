@@ -414,6 +414,7 @@ class FilterScheduler:
                        timings=metrics.SelectTimings())
         placed = 0
         given_up: set[int] = set()      # rows whose fit failed: nothing changes them
+        own: set[int] = set()           # rows showing this count's private copy
         refused: collections.Counter = collections.Counter()
         for index in itertools.count():
             deadline.check(placed)
@@ -434,13 +435,15 @@ class FilterScheduler:
             before = placed
             for row in deadline.paced(rows.tolist()):
                 host = cycle.cols.hosts[row]
-                with host.lock():
+                # the cached host under its lock; a private copy needs none
+                with contextlib.nullcontext() if row in own else host.lock():
                     consumed, reason = self._fit(one, host)
                 if reason:
                     refused[reason] += 1
                     given_up.add(row)
                     continue
                 self._count_one(req, host, consumed, placed)
+                own.add(row)
                 placed += 1
             if placed == before:
                 e = self._no_valid_host(req, request, refused)

@@ -211,3 +211,27 @@ def test_no_deadline_when_timeout_is_zero(sqlite_db, conf, monkeypatch):
     conf.set_override("request_timeout", 0, group="scheduler")
     s = _sched(sqlite_db, conf)
     assert len(s.select_destinations(s.parse_request(spec(num_instances=3)))) == 3
+
+
+def test_capacity_count_stops_at_the_deadline(sqlite_db, conf, monkeypatch):
+    """A count is bounded by request_timeout (not by max_request_work): one
+    second per counted instance stops it with RequestTimeout, nothing claimed."""
+    from scheduler import capacity
+
+    clock = FakeClock()
+    monkeypatch.setattr(fs_mod, "_clock", clock)
+    conf.set_override("request_timeout", 2.5, group="scheduler")
+    conf.set_override("max_request_work", 1, group="scheduler")
+    s = _sched(sqlite_db, conf, n=6)
+    one_spec = s.parse_request(spec())
+    count = s._count_one
+
+    def slow_count(*args):
+        count(*args)
+        clock.now += 1.0
+    monkeypatch.setattr(s, "_count_one", slow_count)
+    with pytest.raises(exception.RequestTimeout):
+        capacity.count(s, one_spec)
+    assert _usage(sqlite_db) == (0, 0)
+    monkeypatch.setattr(s, "_count_one", count)
+    assert capacity.count(s, one_spec)["fits"] > 6
