@@ -106,7 +106,8 @@ scheduler_opts = [
     cfg.IntOpt("max_request_work", default=2000000, min=0,
                help="Largest num_instances x hosts in the cache one request may ask "
                     "for; a larger request is refused up front with InvalidRequest "
-                    "naming num_instances (split it). 0 means no limit."),
+                    "naming num_instances (split it). 0 means no limit. A capacity "
+                    "count is not a request: only request_timeout bounds it."),
 ]
 pci_opts = [
     cfg.MultiStrOpt("alias", default=[],
