@@ -393,7 +393,10 @@ class FilterScheduler:
         members), so any order of placement fills each host to the same count.
         The instances are therefore placed in rounds: each round asks the
         filters once over the whole fleet and puts one instance on every host
-        that passes, until a round places nothing. A fleet of small hosts is
+        that passes (one node per host name when there is a group: members are
+        counted per host name), until a round places nothing. A host is checked
+        again under its lock before its first instance is counted (a claim may
+        have changed it since the round's filtering). A fleet of small hosts is
         counted in a few rounds whatever the number of instances; the rounds
         are as many as the most instances one host takes. With affinity the
         first pick decides where the others go: one instance per round, on the
@@ -403,6 +406,7 @@ class FilterScheduler:
         ``max_request_work`` (which bounds a request's instances, not a count).
         """
         one = spec.replace(num_instances=1, instance_uuids=None)
+        started = _clock()
         deadline = Deadline(self.conf.scheduler.request_timeout, _clock)
         self.host_manager.refresh()
         group = one.instance_group.uuid if one.instance_group else one.scheduler_hints.group
@@ -421,6 +425,7 @@ class FilterScheduler:
             deadline.check(placed)
             request = self._context(req, index)
             rows, _ = cycle.candidates(request)
+            deadline.index = placed     # a timeout names the instances counted
             if given_up:
                 rows = rows[~np.isin(rows, list(given_up))]
             if affinity and len(rows):
@@ -428,29 +433,55 @@ class FilterScheduler:
                     _, chosen, consumed, _ = self._place(
                         req, cycle.weigh(request, rows), request, f"capacity-{placed}")
                 except exception.NoValidHost as e:
-                    e.summary["instance_index"] = placed
-                    return placed, e
+                    return self._counted(req, e, placed, index, started)
                 self._count_one(req, chosen, consumed, placed)
                 placed += 1
+                deadline.index = placed
                 continue
             before = placed
+            # group members are counted per host name: one node of a host a round
+            # (its other nodes are asked again next round, with this member seen)
+            named: set[str] | None = set() if group else None
             for row in deadline.paced(rows.tolist()):
                 host = cycle.cols.hosts[row]
-                # the cached host under its lock; a private copy needs none
-                with contextlib.nullcontext() if row in own else host.lock():
+                if named is not None and host.host in named:
+                    continue
+                if row in own:          # this count's private copy: nobody else's
                     consumed, reason = self._fit(one, host)
+                    if not reason:
+                        self._count_one(req, host, consumed, placed)
+                else:
+                    # the cached host, under its lock: a claim may have changed it
+                    # since this round's filtering; the copy is taken under the lock
+                    with host.lock():
+                        reason = cycle.recheck(request, host)
+                        if not reason:
+                            consumed, reason = self._fit(one, host)
+                        if not reason:
+                            self._count_one(req, host, consumed, placed)
                 if reason:
                     refused[reason] += 1
-                    given_up.add(row)
+                    given_up.add(row)   # nothing this count does changes it
                     continue
-                self._count_one(req, host, consumed, placed)
                 own.add(row)
                 placed += 1
+                deadline.index = placed
+                if named is not None:
+                    named.add(host.host)
             if placed == before:
-                e = self._no_valid_host(req, request, refused)
-                e.summary["instance_index"] = placed
-                return placed, e
+                return self._counted(req, self._no_valid_host(req, request, refused),
+                                     placed, index, started)
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _counted(req: _Request, e: exception.NoValidHost, placed: int, rounds: int,
+                 started: float) -> tuple[int, exception.NoValidHost]:
+        """The count and why the next instance does not fit (logged)."""
+        e.summary["instance_index"] = placed
+        LOG.info("Capacity count: %d more instances fit (%d rounds over %d hosts, "
+                 "%.2f s); the next one: %s", placed, rounds, req.cycle.cols.n,
+                 _clock() - started, e.reason)
+        return placed, e
 
     def _count_one(self, req: _Request, host: HostState, consumed: Consumed,
                    placed: int) -> None:

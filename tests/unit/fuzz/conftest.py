@@ -17,8 +17,11 @@ from hypothesis import HealthCheck, settings
 SCALE = float(os.environ.get("BERTH_TEST_FUZZ_SCALE")
             or (10 if os.environ.get("BERTH_TEST_FUZZ") == "thorough" else 1))
 
+#: CI=true (or 1, yes): the same draw on every clean clone.
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
 settings.register_profile(
-    "berth-fuzz", deadline=None, derandomize=bool(os.environ.get("CI")), database=None,
+    "berth-fuzz", deadline=None, derandomize=IN_CI, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                            HealthCheck.data_too_large, HealthCheck.filter_too_much])
 

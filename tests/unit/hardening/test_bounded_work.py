@@ -230,8 +230,9 @@ def test_capacity_count_stops_at_the_deadline(sqlite_db, conf, monkeypatch):
         count(*args)
         clock.now += 1.0
     monkeypatch.setattr(s, "_count_one", slow_count)
-    with pytest.raises(exception.RequestTimeout):
+    with pytest.raises(exception.RequestTimeout) as caught:
         capacity.count(s, one_spec)
+    assert caught.value.instance_index >= 3     # the instances counted, not the round
     assert _usage(sqlite_db) == (0, 0)
     monkeypatch.setattr(s, "_count_one", count)
     assert capacity.count(s, one_spec)["fits"] > 6

@@ -214,3 +214,72 @@ def test_rounds_count_what_one_dry_run_of_many_instances_places(realistic):
                                                  dry_run=True)) == fits
             checked += 1
     assert checked >= 10
+
+
+def _dry_count(sched, spec) -> int:
+    """Instances one dry run places one after the other before its NoValidHost."""
+    k = 1
+    while True:
+        try:
+            sched.select_destinations(spec.replace(num_instances=k), dry_run=True)
+        except exception.NoValidHost:
+            return k - 1
+        k += 1
+
+
+@pytest.mark.parametrize("rules", [{}, {"max_server_per_host": 2}])
+def test_group_members_are_counted_per_host_name(sqlite_db, rules):
+    """A host with three nodes takes anti-affinity members per host name: one round
+    must not count a member on each of its nodes (it counted 4 where 2 fit)."""
+    from scheduler.filter_scheduler import FilterScheduler
+    from scheduler.host_manager import HostManager
+    from tests.unit.scheduler.test_group_claims import _fleet
+
+    _fleet(sqlite_db, {"x": 3, "y": 1})
+    overrides = {"filter_scheduler": {"enabled_filters": [
+        "ComputeFilter", "RamFilter", "CoreFilter", "ServerGroupAntiAffinityFilter",
+        "ServerGroupAffinityFilter"]}, "scheduler": {"max_request_work": 0}}
+    with simulate.config_overrides(cfg.CONF, overrides):
+        sched = FilterScheduler(HostManager(sqlite_db, cfg.CONF), cfg.CONF, seed=1)
+        group = {"uuid": GROUP, "policy": "anti-affinity"}
+        if rules:
+            group["rules"] = rules
+        spec = sched.parse_request({"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 0},
+                                    "instance_group": group})
+        counted = capacity.count(sched, spec)["fits"]
+        assert counted == _dry_count(sched, spec) == 2 * (rules.get("max_server_per_host")
+                                                           or 1)
+
+
+def test_a_claim_made_while_counting_is_seen(monkeypatch):
+    """Another request claims a host after the count filtered its round: the host
+    is checked again under its lock before it is counted, so a full host is not
+    (it was counted, over its capacity on the count's copy)."""
+    from scheduler.filter_scheduler import FilterScheduler
+
+    hosts = [{"host": f"h{i}", "vcpus": 4, "memory_mb": 4096, "local_gb": 100,
+              "cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0} for i in range(4)]
+    overrides = {"scheduler": {"max_request_work": 0}, "filter_scheduler": {
+        "enabled_filters": ["ComputeFilter", "RamFilter", "CoreFilter"]}}
+    flavor = {"vcpus": 4, "memory_mb": 4096, "root_gb": 1}
+    with simulate.config_overrides(cfg.CONF, overrides), \
+            simulate.throwaway_scheduler(fleet.load_fleet({"hosts": hosts}), cfg.CONF) \
+            as (db, sched):
+        spec = sched.parse_request({"flavor": flavor})
+        assert capacity.count(sched, spec)["fits"] == 4
+        show = FilterScheduler._show_dry_claim
+        claimed = []
+
+        def claim_once(self, req, host, consumed, uuid):
+            show(self, req, host, consumed, uuid)
+            if not claimed:     # as another green thread would, while the count yields
+                other = "h0" if host.host == "h3" else "h3"
+                claimed.append(sched.select_destinations(sched.parse_request(
+                    {"flavor": flavor, "force_hosts": [other]}))[0][0].host)
+        monkeypatch.setattr(FilterScheduler, "_show_dry_claim", claim_once)
+        counted = capacity.count(sched, spec)
+        monkeypatch.setattr(FilterScheduler, "_show_dry_claim", show)
+        assert claimed and allocations(db) == 1
+        assert counted["fits"] == 3, counted
+        assert "claim" in counted["limited_by"] and "RamFilter" in counted["limited_by"]
+        assert capacity.count(sched, spec)["fits"] == 3
