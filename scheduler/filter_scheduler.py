@@ -292,14 +292,9 @@ class FilterScheduler:
         self.host_manager.refresh()
         timings.phase("refresh", timings.started)
         self._check_work(spec)
-        keep = max(self.conf.filter_scheduler.host_subset_size,
-                   self.conf.scheduler.max_attempts) + 8
-        group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
-        req = _Request(spec=spec, dry_run=dry_run, group=group, timings=timings,
-                       cycle=cycles.Cycle(self.steps, self.weighers,
-                                          self.host_manager.columns, keep, deadline),
-                       deadline=deadline,
-                       pending=pending or len(uuids) > 1)
+        req = self._request(spec, deadline, timings, self.weighers, dry_run=dry_run,
+                            pending=pending or len(uuids) > 1)
+        group = req.group
         timings.hosts = req.cycle.cols.n
         outcome = "error"
         results: list[list[Selection]] = []
@@ -409,14 +404,10 @@ class FilterScheduler:
         started = _clock()
         deadline = Deadline(self.conf.scheduler.request_timeout, _clock)
         self.host_manager.refresh()
-        group = one.instance_group.uuid if one.instance_group else one.scheduler_hints.group
         affinity = one.instance_group is not None and one.instance_group.policy == "affinity"
-        keep = max(self.conf.filter_scheduler.host_subset_size,
-                   self.conf.scheduler.max_attempts) + 8
-        cycle = cycles.Cycle(self.steps, self.weighers if affinity else (),
-                             self.host_manager.columns, keep, deadline)
-        req = _Request(spec=one, dry_run=True, group=group, cycle=cycle, deadline=deadline,
-                       timings=metrics.SelectTimings())
+        req = self._request(one, deadline, metrics.SelectTimings(),
+                            self.weighers if affinity else (), dry_run=True)
+        cycle, group = req.cycle, req.group
         placed = 0
         given_up: set[int] = set()      # rows whose fit failed: nothing changes them
         own: set[int] = set()           # rows showing this count's private copy
@@ -446,19 +437,15 @@ class FilterScheduler:
                 host = cycle.cols.hosts[row]
                 if named is not None and host.host in named:
                     continue
-                if row in own:          # this count's private copy: nobody else's
-                    consumed, reason = self._fit(one, host)
+                cached = row not in own     # else this count's private copy
+                # the cached host, under its lock: a claim may have changed it
+                # since this round's filtering; the copy is taken under the lock
+                with host.lock() if cached else contextlib.nullcontext():
+                    reason = cycle.recheck(request, host) if cached else None
+                    if not reason:
+                        consumed, reason = self._fit(one, host)
                     if not reason:
                         self._count_one(req, host, consumed, placed)
-                else:
-                    # the cached host, under its lock: a claim may have changed it
-                    # since this round's filtering; the copy is taken under the lock
-                    with host.lock():
-                        reason = cycle.recheck(request, host)
-                        if not reason:
-                            consumed, reason = self._fit(one, host)
-                        if not reason:
-                            self._count_one(req, host, consumed, placed)
                 if reason:
                     refused[reason] += 1
                     given_up.add(row)   # nothing this count does changes it
@@ -472,6 +459,17 @@ class FilterScheduler:
                 return self._counted(req, self._no_valid_host(req, request, refused),
                                      placed, index, started)
         raise AssertionError("unreachable")
+
+    def _request(self, spec: RequestSpec, deadline: Deadline, timings: metrics.SelectTimings,
+                 weighers: Sequence, *, dry_run: bool, pending: bool = False) -> _Request:
+        """What a select (or a count) carries from instance to instance."""
+        keep = max(self.conf.filter_scheduler.host_subset_size,
+                   self.conf.scheduler.max_attempts) + 8
+        group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
+        return _Request(spec=spec, dry_run=dry_run, group=group, timings=timings,
+                        cycle=cycles.Cycle(self.steps, weighers, self.host_manager.columns,
+                                           keep, deadline),
+                        deadline=deadline, pending=pending)
 
     @staticmethod
     def _counted(req: _Request, e: exception.NoValidHost, placed: int, rounds: int,
@@ -859,7 +857,7 @@ class FilterScheduler:
 
     def _persister(self, req: _Request, instance_uuid: str):
         spec = req.spec
-        group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
+        group = req.group
         policy = spec.instance_group.policy if spec.instance_group else None
         max_per_host = (spec.instance_group.max_server_per_host or 1) \
             if spec.instance_group else 1
