@@ -33,7 +33,7 @@ pci_agent_opts = [
     cfg.MultiStrOpt("device_spec", default=[],
                     help="Which host PCI devices berth-agent reports for passthrough, as "
                          "JSON: an object or a list of objects with vendor_id, product_id "
-                         "and address (globs, e.g. \"0000:81:*\"), physical_network, and "
+                         "and address (globs, e.g. \"0000:81:02.?\"), physical_network, and "
                          "any other key as a string tag, e.g. {\"vendor_id\": \"8086\", "
                          "\"product_id\": \"154c\", \"physical_network\": \"physnet1\", "
                          "\"trusted\": \"true\"}. Tags are reported with the device and "
