@@ -39,16 +39,16 @@ def _literal(text: str) -> str:
     return "``" + text.replace("``", "` `") + "``"
 
 
-def _option_name(action: argparse.Action) -> str:
-    if action.option_strings:
-        names = []
-        for flag in action.option_strings:
-            if action.nargs == 0:
-                names.append(flag)
-            else:
-                names.append(f"{flag} {action.metavar or action.dest.upper()}")
-        return ", ".join(names)
-    return action.metavar or action.dest
+def _option_name(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
+    """The argument as argparse's help shows it (``--compare A.conf B.conf``)."""
+    return parser._get_formatter()._format_action_invocation(action)
+
+
+def _plain(text: str) -> str:
+    """Help text is plain text, not reStructuredText: escape the markup."""
+    for char in "\\*`|_":
+        text = text.replace(char, "\\" + char)
+    return text
 
 
 def _help(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
@@ -58,36 +58,40 @@ def _help(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
     if "%(" in text:
         params = dict(vars(action), prog=parser.prog)
         text = text % params
-    return text
+    return _plain(text)
 
 
 def _rst(parser: argparse.ArgumentParser, prog: str, depth: int, title: str) -> list[str]:
     lines: list[str] = []
-    adornment = _ADORNMENTS[min(depth, len(_ADORNMENTS) - 1)]
-    heading = _literal(title)
-    lines += [heading, adornment * len(heading), ""]
-    usage = parser.format_usage().strip().removeprefix("usage: ")
-    lines += ["::", ""] + ["   " + line for line in usage.splitlines()] + [""]
+    if depth:       # the command itself is the page's own section
+        adornment = _ADORNMENTS[min(depth - 1, len(_ADORNMENTS) - 1)]
+        heading = _literal(title)
+        lines += [heading, adornment * len(heading), ""]
+    prefix = "usage: "
+    usage = parser.format_usage().strip().removeprefix(prefix).splitlines()
+    usage = usage[:1] + [line[len(prefix):] if line.startswith(" " * len(prefix)) else line
+                         for line in usage[1:]]
+    lines += ["::", ""] + ["   " + line for line in usage] + [""]
     if parser.description:
-        lines += [parser.description, ""]
+        lines += [_plain(parser.description), ""]
     lines += [f".. program:: {prog}", ""]
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
             continue
-        lines += [f".. option:: {_option_name(action)}", ""]
+        lines += [f".. option:: {_option_name(action, parser)}", ""]
         text = _help(action, parser)
         if text:
             lines += ["   " + line for line in text.splitlines()] + [""]
         else:
             lines += ["   (no description)", ""]
     if parser.epilog:
-        lines += [parser.epilog, ""]
+        lines += [_plain(parser.epilog), ""]
     for name, text, sub in _subcommands(parser):
         sub_lines = _rst(sub, f"{prog} {name}", depth + 1, f"{prog} {name}")
         if text and not sub.description:
             # the one-line help of the subcommand stands in for a description
             at = sub_lines.index(f".. program:: {prog} {name}")
-            sub_lines[at:at] = [text[0].upper() + text[1:] + ".", ""]
+            sub_lines[at:at] = [_plain(text[0].upper() + text[1:]) + ".", ""]
         lines += sub_lines
     return lines
 
