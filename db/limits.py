@@ -1,5 +1,6 @@
-"""The ranges every value written to the database is held to (README "Security and
-limits"), whichever way it comes in: a fleet file, a host report, an aggregate RPC.
+"""The ranges every value written to the database is held to
+(doc/source/admin/security.rst), whichever way it comes in: a fleet file, a
+host report, an aggregate RPC.
 
 One module so that the three ways in cannot drift apart. The limits are chosen so
 that no sum or product the scheduler computes from stored values can leave the

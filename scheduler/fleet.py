@@ -1,4 +1,4 @@
-"""The fleet file (README "File formats"): hosts and aggregates an operator imports.
+"""The fleet file (doc/source/reference/file-formats.rst): hosts and aggregates an operator imports.
 
 ``load_fleet`` validates the whole document before anything is written and
 raises :class:`InvalidFleet` naming the host (index and name), the field and

@@ -1,4 +1,4 @@
-"""The scheduler's RPC endpoint (API version 1.0; README "Command-line reference").
+"""The scheduler's RPC endpoint (API version 1.1; doc/source/reference/rpc-api.rst).
 
 Every method validates its payload on arrival and answers with plain JSON
 values. Berth's own errors (``InvalidRequest``, ``NoValidHost``, ``NotFound``,

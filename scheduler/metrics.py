@@ -1,6 +1,6 @@
 """Prometheus metrics of a scheduler worker, and the slow-request log line.
 
-Every metric is listed in README "Metrics" (name, type, labels, meaning).
+Every metric is listed in doc/source/admin/metrics.rst (name, type, labels, meaning).
 Recording costs a few counter increments per request, never one per host:
 the request's phases and plugins are timed with ``perf_counter`` into a
 :class:`SelectTimings` (per-request state) and written once when the request

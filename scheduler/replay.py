@@ -1,5 +1,5 @@
-"""Trace replay behind ``berth-manage simulate --fleet F --trace T`` (README
-"Command-line reference").
+"""Trace replay behind ``berth-manage simulate --fleet F --trace T``
+(doc/source/admin/tasks.rst, "Try a change before rolling it out").
 
 A trace is JSON Lines: each line is a request spec exactly as
 ``select_destinations`` takes it over RPC, or ``{"release": "<instance uuid>"}``.

@@ -1,4 +1,5 @@
-"""RequestSpec: the ``select_destinations`` payload (README "File formats"), validated.
+"""RequestSpec: the ``select_destinations`` payload, validated
+(doc/source/reference/file-formats.rst).
 
 ``RequestSpec.from_primitive`` checks every field and raises ``InvalidRequest``
 naming the field; nothing else in the scheduler re-validates. Derived values

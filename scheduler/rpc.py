@@ -57,10 +57,11 @@ rpc_opts = [
                     "topics (or separate [DEFAULT] control_exchange)."),
     cfg.StrOpt("admin_topic",
                help="Topic of the operator and agent calls (report_compute_node, "
-                    "report_pci_devices, aggregate_*, list_hosts, show_host); the "
-                    "compute-API calls (select_destinations, release, reschedule) "
-                    "stay on [scheduler] topic, and each topic refuses the other's "
-                    "calls. Unset: every call on [scheduler] topic. Set it, and "
+                    "report_pci_devices, heartbeat, aggregate_*, list_hosts, "
+                    "show_host, capacity); the compute-API calls "
+                    "(select_destinations, confirm, release, reschedule) stay on "
+                    "[scheduler] topic, and each topic refuses the other's calls "
+                    "(ping is served on both). Unset: every call on [scheduler] topic. Set it, and "
                     "give the compute API's broker user no write permission on it "
                     "(RabbitMQ topic permissions on the control exchange), to keep "
                     "compute APIs away from admin calls. Clients and daemons must "

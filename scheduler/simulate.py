@@ -1,7 +1,8 @@
 """Scenario runner behind ``berth-manage simulate`` and the functional scenarios.
 
-A scenario (README "File formats") is a fleet, optional config overrides and steps. It runs
-in-process on a throwaway SQLite database; after every step the runner checks,
+A scenario (doc/source/reference/file-formats.rst) is a fleet, optional config
+overrides and steps. It runs in-process on a throwaway SQLite database; after
+every step the runner checks,
 on the hosts that step touched, that each node's usage equals the sum of its
 allocations and stays within (total - reserved) x allocation ratio (NUMA usage
 included), and once more on every host at the end.

@@ -1,5 +1,5 @@
 """A deliberately slow third-party filter, for the tests of request deadlines and
-yield points (README "Security and limits": a CPU-heavy request never stalls the
+yield points (doc/source/admin/security.rst: a CPU-heavy request never stalls the
 others of its worker for longer than the deadline).
 
 A per-host filter (no classes, no vector form): a request whose flavor asks for

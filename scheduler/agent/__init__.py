@@ -1,4 +1,4 @@
-"""berth-agent: the compute-side reporter (README "Running berth-agent on compute hosts").
+"""berth-agent: the compute-side reporter (doc/source/admin/agent.rst).
 
 ``kernel`` reads the kernel's own files under configurable roots; ``cpus``,
 ``memory``, ``pci`` and ``platform`` turn them into facts; ``host`` builds the

@@ -24,7 +24,8 @@ from tools.bench import replay as bench_replay
 FLEET_SIZE = int(os.environ.get("BERTH_CHAOS_HOSTS", "200"))
 CLIENTS = int(os.environ.get("BERTH_CHAOS_CLIENTS", "16"))
 #: Short enough to see the reaper act within an experiment, well above the
-#: requests' own deadline (as README asks of claim_ttl and request_timeout).
+#: requests' own deadline (as doc/source/admin/concepts/claims.rst asks of
+#: claim_ttl and request_timeout).
 CLAIM_TTL = 30
 REQUEST_TIMEOUT = 10
 REAPER_INTERVAL = 1.0

@@ -4,7 +4,7 @@ node of their own, with certificates made by openssl for the run). The shared
 MariaDB and RabbitMQ are not used. These tests skip only when a server binary
 is missing (also under CI).
 
-What README "Security and limits" says about TLS is what these tests show:
+What doc/source/admin/security.rst says about TLS is what these tests show:
 
 * ``[database] connection = mysql+pymysql://...?ssl_ca=CA``: the session is
   encrypted (``Ssl_cipher``) on every connection Berth opens, the server's
@@ -17,7 +17,7 @@ What README "Security and limits" says about TLS is what these tests show:
 * ``ssl_verify_cert``/``ssl_verify_identity`` together with those arguments
   would silently drop the CA (SQLAlchemy passes them to PyMySQL in a form these
   replace): Berth refuses such a URL, naming ``database.connection``.
-* README's RabbitMQ permission lines: a compute-API user places instances,
+* the RabbitMQ permission lines of the docs: a compute-API user places instances,
   and the broker refuses its admin calls (the admin topic).
 * ``[oslo_messaging_rabbit] ssl = true`` with ``ssl_ca_file`` (and
   ``ssl_cert_file``/``ssl_key_file``) on a TLS-only listener: the daemon,
@@ -299,7 +299,7 @@ def test_daemon_and_tools_over_tls_broker_and_database(rabbitmq, mariadb, certs,
 
 def test_broker_permissions_keep_a_compute_api_off_the_admin_topic(rabbitmq, mariadb, certs,
                                                                    tmp_path):
-    """README's permission lines, run as written on the private node: Berth's
+    """The docs' permission lines, run as written on the private node: Berth's
     own user and vhost, the admin calls on their own topic, and a compute-API
     user that may place instances but whose admin calls the broker refuses."""
     rabbitmq.ctl("add_vhost", "berth")

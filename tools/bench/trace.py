@@ -1,9 +1,9 @@
-"""A seeded mixed request trace for a generated fleet (issue 10), as JSONL.
+"""A seeded mixed request trace for a generated fleet, as JSONL.
 
 Each line is one operation with the kind it was drawn as:
 ``{"i": 7, "kind": "pinned-isolate", "op": "select", "spec": {...}}`` where ``spec``
 is the ``select_destinations`` payload exactly as a client sends it over RPC
-(README "File formats", ``scheduler/request_spec.py``), always with its
+(doc/source/reference/file-formats.rst, ``scheduler/request_spec.py``), always with its
 ``instance_uuids``; or ``{"i": 8, "kind": "release", "op": "release",
 "instance_uuid": "..."}`` (a trace instance placed earlier, or an instance the
 fleet already had). Kinds (``KINDS``): plain flavors, image properties, pinned CPUs

@@ -27,7 +27,7 @@ from tests.unit.scheduler import test_equivalence as te
 
 
 class GoldOnlyFilter(BaseHostFilter):
-    """Only the per-host method (the README's example)."""
+    """Only the per-host method (the documented example)."""
 
     calls = 0
 
@@ -301,15 +301,16 @@ def test_vector_answers_must_be_masks(conf):
         testing.answers(BadMask(conf), [fakes.fake_host()], testing.request(fakes.fake_spec()))
 
 
-def test_the_readme_example_plugin_works(sqlite_db, conf):
-    """The example in README "Writing a filter or weigher" runs as printed."""
+def test_the_documented_example_plugin_works(sqlite_db, conf):
+    """The example of doc/source/contributor/plugins.rst runs as printed."""
     import pathlib
     import re
     import textwrap
 
-    readme = (pathlib.Path(__file__).parents[3] / "README.rst").read_text()
-    block = re.search(r"entry points \(``setup.cfg``\)::\n\n(.*?)\n\nThe contract", readme,
-                      re.S).group(1)
+    page = (pathlib.Path(__file__).parents[3] / "doc" / "source" / "contributor"
+            / "plugins.rst").read_text()
+    block = re.search(r"^\.\. code-block:: python\n\n(.*?)\n\nRegister it", page,
+                      re.S | re.M).group(1)
     namespace: dict = {}
     exec(textwrap.dedent(block), namespace)
     gold = namespace["GoldOnlyFilter"](conf)
