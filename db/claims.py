@@ -1,8 +1,10 @@
 """Persistent claims: one transaction per claim, guarded by the node's generation.
 
-``claim`` bumps the node's usage with ``UPDATE ... WHERE id = :id AND generation
-= :seen`` (compare-and-swap) and, as a second guard, only while usage stays within
-(total - reserved) x allocation ratio; then it inserts the allocation row and
+``claim`` adds the consumer's amounts to the inventories it takes from with one
+statement over every (provider, class) it asks, guarded by ``db.inventory``'s
+rule (``admits``: within the unit limits and (total - reserved) x ratio);
+bumps the node's generation with ``UPDATE ... WHERE id = :id AND generation =
+:seen`` (compare-and-swap); then inserts the consumer, its allocations rows and
 claims PCI device rows (``WHERE status = 'available'``). Any conflict raises
 ``ClaimConflict`` and the whole transaction rolls back: many schedulers can
 never over-commit a node, nor both take its last device.
@@ -21,11 +23,14 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from db import models
+from db import inventory, models
 from db.api import Database, retry_on_deadlock
 
 _cn = models.ComputeNode.__table__
-_alloc = models.Allocation.__table__
+_alloc = models.Consumer.__table__          # one row per consumer (instance) on a node
+_items = models.Allocation.__table__        # its amounts, per provider and class
+_inv = models.ProviderInventory.__table__
+_rp = models.ResourceProvider.__table__
 _groups = models.ServerGroup.__table__
 _specs = models.RequestSpecRow.__table__
 
@@ -37,7 +42,12 @@ class ClaimConflict(Exception):
 
 
 class DuplicateAllocation(Exception):
-    """The instance already holds an allocation."""
+    """The consumer already holds an allocation."""
+
+
+class SourceMoved(Exception):
+    """A move's claim found its instance no longer where the move started from
+    (released, or moved by another request meanwhile): the move is not made."""
 
 
 class GroupPolicyConflict(ClaimConflict):
@@ -45,14 +55,16 @@ class GroupPolicyConflict(ClaimConflict):
     placed members the caller's cache does not show yet."""
 
 
+#: One amount of a claim or release: (provider id, resource class, amount).
+Item = tuple[int, str, int]
+
+
 @dataclasses.dataclass(frozen=True)
 class ClaimRecord:
-    instance_uuid: str
+    instance_uuid: str                    # the consumer's uuid (the instance's)
     node_id: int
     seen_generation: int
-    vcpus: int
-    memory_mb: int
-    disk_mb: int
+    items: tuple[Item, ...] = ()          # what it takes, per provider and class
     numa_topology: str | None = None      # the node's topology JSON after the claim
     numa_cells: str | None = None         # fitted guest topology JSON
     pci_picks: tuple = ()                 # ((request_id, PoolKey, count), ...)
@@ -65,6 +77,21 @@ class ClaimRecord:
     group_max_per_host: int = 1           # anti-affinity: members per host at most
     host: str = ""                        # the node's host name (group policies)
     pending: bool = False                 # held until confirmed (or reaped after claim_ttl)
+    consumer_type: str = "instance"
+    owner_uuid: str | None = None         # the instance of a migration consumer
+    move_from: MoveFrom | None = None     # a move: the instance's source, handed over
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveFrom:
+    """What a move's claim does with the instance's place on its source node: the
+    instance consumer there becomes ``holder`` (a migration or evacuation
+    consumer, ``hold_type``) in the same transaction, keeping its allocations,
+    NUMA cells and devices until the move is confirmed or reverted."""
+
+    source_node_id: int
+    holder: str
+    hold_type: str = "migration"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,9 +107,7 @@ class Released:
     instance_uuid: str
     node_id: int
     host: str
-    vcpus: int
-    memory_mb: int
-    disk_mb: int
+    amounts: tuple[Item, ...]             # what it gave back, per provider and class
     numa_cells: str | None
     pci_addresses: tuple[str, ...]
     request_spec: str | None
@@ -92,37 +117,53 @@ class Released:
     pci_pools: tuple | None = None        # the node's pools after, if devices were freed
 
 
-def _claim_update(with_numa: bool):
-    """The compare-and-swap UPDATE of a claim, built once (bound parameters)."""
+def _node_update(with_numa: bool, sign: int):
+    """The node's UPDATE of a claim (``sign`` +1, compare-and-swap on the
+    generation) or a release (-1), built once (bound parameters)."""
     values = {
-        "vcpus_used": _cn.c.vcpus_used + sa.bindparam("b_vcpus"),
-        "memory_mb_used": _cn.c.memory_mb_used + sa.bindparam("b_memory"),
-        "disk_mb_used": _cn.c.disk_mb_used + sa.bindparam("b_disk"),
-        "running_vms": _cn.c.running_vms + 1,
-        "current_workload": _cn.c.current_workload + 1,
+        "running_vms": _cn.c.running_vms + sign,
+        "current_workload": (_cn.c.current_workload + 1 if sign > 0 else
+                             sa.case((_cn.c.current_workload > 0,
+                                      _cn.c.current_workload - 1), else_=0)),
         "generation": _cn.c.generation + 1,
         "updated_at": sa.bindparam("b_now"),
     }
     if with_numa:
         values["numa_topology"] = sa.bindparam("b_numa")
-    return (
-        sa.update(_cn)
-        .where(_cn.c.id == sa.bindparam("b_id"),
-               _cn.c.generation == sa.bindparam("b_seen"),
-               _cn.c.deleted == 0,
-               _cn.c.vcpus_used + sa.bindparam("b_vcpus")
-               <= (_cn.c.vcpus - _cn.c.reserved_host_cpus) * _cn.c.cpu_allocation_ratio,
-               _cn.c.memory_mb_used + sa.bindparam("b_memory")
-               <= (_cn.c.memory_mb - _cn.c.reserved_host_memory_mb) * _cn.c.ram_allocation_ratio,
-               _cn.c.disk_mb_used + sa.bindparam("b_disk")
-               <= (_cn.c.local_gb * 1024 - _cn.c.reserved_host_disk_mb)
-               * _cn.c.disk_allocation_ratio)
-        .values(**values))
+    where = [_cn.c.id == sa.bindparam("b_id")]
+    if sign > 0:
+        where += [_cn.c.generation == sa.bindparam("b_seen"), _cn.c.deleted == 0]
+    return sa.update(_cn).where(*where).values(**values)
 
 
-_CLAIM = _claim_update(with_numa=False)
-_CLAIM_WITH_NUMA = _claim_update(with_numa=True)
-_INSERT_ALLOCATION = sa.insert(_alloc)
+_CLAIM = _node_update(with_numa=False, sign=+1)
+_CLAIM_WITH_NUMA = _node_update(with_numa=True, sign=+1)
+
+
+def _slot(provider_id: int, rc: str):
+    return sa.and_(_inv.c.provider_id == provider_id, _inv.c.resource_class == rc)
+
+
+def _take(items: tuple[Item, ...]):
+    """One UPDATE adding every item to its inventory, where the rule admits it:
+    its rowcount is the number of items taken."""
+    return (sa.update(_inv)
+            .where(sa.or_(*[_slot(p, rc) & inventory.admits(_inv.c.used, amount, _inv.c)
+                            for p, rc, amount in items]))
+            .values(used=_inv.c.used + sa.case(*[(_slot(p, rc), amount)
+                                                  for p, rc, amount in items])))
+
+
+def _give_back(items: tuple[Item, ...]):
+    """One UPDATE taking every item off its inventory (never below 0)."""
+    amount = sa.case(*[(_slot(p, rc), n) for p, rc, n in items])
+    return (sa.update(_inv)
+            .where(sa.or_(*[_slot(p, rc) for p, rc, _n in items]))
+            .values(used=sa.case((_inv.c.used > amount, _inv.c.used - amount), else_=0)))
+
+
+_INSERT_CONSUMER = sa.insert(_alloc)
+_INSERT_ITEMS = sa.insert(_items)
 _INSERT_SPEC = sa.insert(_specs)
 #: Share-locked: a release that would delete the spec as orphaned (its last
 #: allocation gone) waits until this claim's allocation refers to it.
@@ -149,6 +190,8 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
     now = models.utcnow()
     try:
         with db.hot_writer() as conn:
+            if rec.move_from is not None:
+                _hand_over(conn, rec, now)
             if rec.instance_group and rec.group_policy in HARD_POLICIES:
                 _check_group(conn, rec)
             addresses: tuple[str, ...] = ()
@@ -167,31 +210,63 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
             if spec_id is None and rec.request_spec is not None:
                 spec_id = conn.execute(_INSERT_SPEC, {
                     "spec": rec.request_spec, "created_at": now}).inserted_primary_key[0]
-            params = {"b_id": rec.node_id, "b_seen": rec.seen_generation,
-                      "b_vcpus": rec.vcpus, "b_memory": rec.memory_mb, "b_disk": rec.disk_mb,
-                      "b_now": now}
+            if rec.items and conn.execute(_take(rec.items)).rowcount != len(rec.items):
+                raise ClaimConflict(f"node {rec.node_id}: "
+                                    f"{', '.join(f'{rc} {n}' for _p, rc, n in rec.items)} "
+                                    f"no longer fit")
+            params = {"b_id": rec.node_id, "b_seen": rec.seen_generation, "b_now": now}
             if rec.numa_topology is not None:
                 params["b_numa"] = rec.numa_topology
                 res = conn.execute(_CLAIM_WITH_NUMA, params)
             else:
                 res = conn.execute(_CLAIM, params)
             if res.rowcount != 1:
-                raise ClaimConflict(f"node {rec.node_id} changed or is full")
-            # After the node's UPDATE: the foreign key check of this INSERT takes
-            # a shared lock on the node row, and two claims holding it, each
+                raise ClaimConflict(f"node {rec.node_id} changed")
+            # After the node's UPDATE: the foreign key checks of these INSERTs
+            # take shared locks on the node row, and two claims holding it, each
             # waiting to upgrade it for its UPDATE, deadlock.
-            conn.execute(_INSERT_ALLOCATION, {
-                "instance_uuid": rec.instance_uuid, "compute_node_id": rec.node_id,
-                "vcpus": rec.vcpus, "memory_mb": rec.memory_mb, "disk_mb": rec.disk_mb,
+            consumer_id = conn.execute(_INSERT_CONSUMER, {
+                "uuid": rec.instance_uuid, "consumer_type": rec.consumer_type,
+                "instance_uuid": rec.owner_uuid or rec.instance_uuid,
+                "compute_node_id": rec.node_id,
                 "numa_cells": rec.numa_cells,
                 "pci_devices": json.dumps(list(addresses)) if addresses else None,
                 "project_id": rec.project_id, "user_id": rec.user_id,
                 "instance_group": rec.instance_group, "request_spec_id": spec_id,
-                "pending": rec.pending, "created_at": now})
+                "pending": rec.pending, "created_at": now,
+                "move_id": rec.move_from.holder if rec.move_from else None,
+                "move_state": "moving" if rec.move_from else None}).inserted_primary_key[0]
+            if rec.items:
+                conn.execute(_INSERT_ITEMS, [
+                    {"consumer_id": consumer_id, "provider_id": p, "resource_class": rc,
+                     "amount": n} for p, rc, n in rec.items])
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
                        pci_pools=pools, request_spec_id=spec_id)
+
+
+def _hand_over(conn, rec: ClaimRecord, now: datetime.datetime) -> None:
+    """A move's first step: the instance's consumer on its source becomes the
+    holder of the source (allocations, NUMA cells and devices stay with it), so
+    that the instance's new consumer can be written on the destination."""
+    from db import pci as db_pci
+
+    move = rec.move_from
+    done = conn.execute(
+        sa.update(_alloc).where(_alloc.c.uuid == rec.instance_uuid,
+                                _alloc.c.consumer_type == "instance",
+                                _alloc.c.compute_node_id == move.source_node_id)
+        .values(uuid=move.holder, consumer_type=move.hold_type, pending=False,
+                created_at=now))
+    if done.rowcount != 1:
+        raise SourceMoved(f"instance {rec.instance_uuid} is no longer on node "
+                          f"{move.source_node_id}")
+    db_pci.hand_over_devices(conn, move.source_node_id, rec.instance_uuid, move.holder)
+    if move.source_node_id != rec.node_id:
+        # caches re-read the source: its instance is a migration now
+        conn.execute(sa.update(_cn).where(_cn.c.id == move.source_node_id)
+                     .values(generation=_cn.c.generation + 1, updated_at=now))
 
 
 _GROUP_TOUCH = (sa.update(_groups).where(_groups.c.uuid == sa.bindparam("b_group"))
@@ -258,32 +333,18 @@ def group_member_nodes(db: Database, group: str) -> list[int]:
             .where(_alloc.c.instance_group == group))]
 
 
-def _release_update(with_numa: bool):
-    """The UPDATE that gives an allocation's usage back, built once."""
-    values = {
-        "vcpus_used": _cn.c.vcpus_used - sa.bindparam("b_vcpus"),
-        "memory_mb_used": _cn.c.memory_mb_used - sa.bindparam("b_memory"),
-        "disk_mb_used": _cn.c.disk_mb_used - sa.bindparam("b_disk"),
-        "running_vms": _cn.c.running_vms - 1,
-        "current_workload": sa.case((_cn.c.current_workload > 0,
-                                     _cn.c.current_workload - 1), else_=0),
-        "generation": _cn.c.generation + 1,
-        "updated_at": sa.bindparam("b_now"),
-    }
-    if with_numa:
-        values["numa_topology"] = sa.bindparam("b_numa")
-    return sa.update(_cn).where(_cn.c.id == sa.bindparam("b_id")).values(**values)
-
-
-_RELEASE = _release_update(with_numa=False)
-_RELEASE_WITH_NUMA = _release_update(with_numa=True)
+_RELEASE = _node_update(with_numa=False, sign=-1)
+_RELEASE_WITH_NUMA = _node_update(with_numa=True, sign=-1)
 # The allocation with its shared request spec (one round trip); FOR UPDATE
 # locks both rows (the spec row may be deleted with its last allocation).
 _LOCK_ALLOCATION = (sa.select(_alloc, _specs.c.spec.label("shared_spec"))
                     .select_from(_alloc.outerjoin(_specs,
                                                   _specs.c.id == _alloc.c.request_spec_id))
-                    .where(_alloc.c.instance_uuid == sa.bindparam("b_uuid"))
+                    .where(_alloc.c.uuid == sa.bindparam("b_uuid"))
                     .with_for_update())
+_ITEMS_OF = sa.select(_items.c.provider_id, _items.c.resource_class, _items.c.amount).where(
+    _items.c.consumer_id == sa.bindparam("b_id"))
+_DELETE_ITEMS = sa.delete(_items).where(_items.c.consumer_id == sa.bindparam("b_id"))
 _LOCK_NODE = (sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology, _cn.c.generation)
               .where(_cn.c.id == sa.bindparam("b_id")).with_for_update())
 _DELETE_ALLOCATION = sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id"))
@@ -292,15 +353,13 @@ _DELETE_ALLOCATION = sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id")
 @retry_on_deadlock
 def release(db: Database, instance_uuid: str, *,
             pending_before: datetime.datetime | None = None) -> Released | None:
-    """Free an instance's allocation (usage, NUMA, devices); None if it has none.
+    """Free a consumer's allocations (usage, NUMA, devices); None if it has none.
 
     ``pending_before``: release it only if it is still pending and was made
     before that time (the reaper: a confirm that wins the race keeps it).
     The allocation row is locked first (two releases of one instance queue
     there); the node row last, read and written just before the COMMIT, as in
     ``claim``."""
-    from db import pci as db_pci
-
     with db.hot_writer() as conn:
         alloc = conn.execute(_LOCK_ALLOCATION, {"b_uuid": instance_uuid}).mappings().first()
         if alloc is None:
@@ -308,31 +367,40 @@ def release(db: Database, instance_uuid: str, *,
         if pending_before is not None and not (
                 alloc["pending"] and alloc["created_at"] < pending_before):
             return None
-        node_id = alloc["compute_node_id"]
-        addresses: tuple[str, ...] = ()
-        if alloc["pci_devices"]:
-            addresses = tuple(db_pci.release_devices(conn, instance_uuid))
-        conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
-        spec_text = alloc["request_spec"]
-        if alloc["request_spec_id"] is not None:
-            spec_text = alloc["shared_spec"]
-            conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
-        pools = db_pci.pools_for_nodes(conn, [node_id]).get(node_id, ()) \
-            if addresses else None
-        node = conn.execute(_LOCK_NODE, {"b_id": node_id}).mappings().one()
-        params = {"b_id": node_id, "b_vcpus": alloc["vcpus"],
-                  "b_memory": alloc["memory_mb"], "b_disk": alloc["disk_mb"],
-                  "b_now": models.utcnow()}
-        numa_after = None
-        if alloc["numa_cells"] and node["numa_topology"]:
-            numa_after = params["b_numa"] = _remove_numa_usage(node["numa_topology"],
-                                                               alloc["numa_cells"])
-            conn.execute(_RELEASE_WITH_NUMA, params)
-        else:
-            conn.execute(_RELEASE, params)
-    return Released(instance_uuid=instance_uuid, node_id=node_id, host=node["host"],
-                    vcpus=alloc["vcpus"], memory_mb=alloc["memory_mb"],
-                    disk_mb=alloc["disk_mb"], numa_cells=alloc["numa_cells"],
+        return _release_locked(conn, alloc)
+
+
+def _release_locked(conn, alloc) -> Released:
+    """Give back what the consumer ``alloc`` (a row of ``_LOCK_ALLOCATION``,
+    locked) holds and delete it, in the caller's transaction."""
+    from db import pci as db_pci
+
+    uuid = alloc["uuid"]
+    node_id = alloc["compute_node_id"]
+    addresses: tuple[str, ...] = ()
+    if alloc["pci_devices"]:
+        addresses = tuple(db_pci.release_devices(conn, uuid))
+    amounts = tuple((p, rc, n) for p, rc, n in conn.execute(_ITEMS_OF, {"b_id": alloc["id"]}))
+    conn.execute(_DELETE_ITEMS, {"b_id": alloc["id"]})
+    conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
+    spec_text = alloc["request_spec"]
+    if alloc["request_spec_id"] is not None:
+        spec_text = alloc["shared_spec"]
+        conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
+    pools = db_pci.pools_for_nodes(conn, [node_id]).get(node_id, ()) if addresses else None
+    if amounts:
+        conn.execute(_give_back(amounts))
+    node = conn.execute(_LOCK_NODE, {"b_id": node_id}).mappings().one()
+    params = {"b_id": node_id, "b_now": models.utcnow()}
+    numa_after = None
+    if alloc["numa_cells"] and node["numa_topology"]:
+        numa_after = params["b_numa"] = _remove_numa_usage(node["numa_topology"],
+                                                           alloc["numa_cells"])
+        conn.execute(_RELEASE_WITH_NUMA, params)
+    else:
+        conn.execute(_RELEASE, params)
+    return Released(instance_uuid=uuid, node_id=node_id, host=node["host"],
+                    amounts=amounts, numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=spec_text,
                     instance_group=alloc["instance_group"],
                     generation=node["generation"] + 1,
@@ -349,13 +417,13 @@ def _remove_numa_usage(host_json: str, fitted_json: str) -> str:
 
 
 _CONFIRM = (sa.update(_alloc)
-            .where(_alloc.c.instance_uuid.in_(sa.bindparam("b_uuids", expanding=True)),
+            .where(_alloc.c.uuid.in_(sa.bindparam("b_uuids", expanding=True)),
                    _alloc.c.pending == sa.true())
             .values(pending=False))
 # FOR UPDATE: the reaper's release locks the same rows, so a confirm and a
 # release of one claim are one after the other, never interleaved.
-_HELD = sa.select(_alloc.c.instance_uuid).where(
-    _alloc.c.instance_uuid.in_(sa.bindparam("b_uuids", expanding=True))).with_for_update()
+_HELD = sa.select(_alloc.c.uuid).where(
+    _alloc.c.uuid.in_(sa.bindparam("b_uuids", expanding=True))).with_for_update()
 
 
 @retry_on_deadlock
@@ -378,7 +446,7 @@ def confirm(db: Database, instance_uuids) -> tuple[list[str], list[str]]:
     return uuids, []
 
 
-_PENDING_BEFORE = (sa.select(_alloc.c.instance_uuid)
+_PENDING_BEFORE = (sa.select(_alloc.c.uuid)
                    .where(_alloc.c.pending == sa.true(),
                           _alloc.c.created_at < sa.bindparam("b_before"))
                    .order_by(_alloc.c.created_at).limit(sa.bindparam("b_limit")))
@@ -388,7 +456,7 @@ _PENDING_COUNT = sa.select(sa.func.count()).select_from(_alloc).where(
 
 def pending_before(db: Database, before: datetime.datetime, limit: int = 500) -> list[str]:
     """Instances whose allocation is still pending and was made before ``before``,
-    oldest first (served by allocations_pending_idx)."""
+    oldest first (served by consumers_pending_idx)."""
     with db.reader_connection() as conn:
         return [row[0] for row in conn.execute(_PENDING_BEFORE,
                                                {"b_before": before, "b_limit": limit})]
@@ -410,54 +478,67 @@ def record_build_failure(db: Database, host: str) -> bool:
         return res.rowcount > 0
 
 
+def _with_amounts(conn, rows) -> dict[str, dict]:
+    """Consumer rows (with host and spec) as dicts keyed by consumer uuid, each
+    with ``resources`` ({class: amount} over the node's providers) and
+    ``allocations`` ({provider uuid: {class: amount}})."""
+    out: dict[str, dict] = {}
+    by_id: dict[int, dict] = {}
+    for row in rows:
+        alloc = dict(row)
+        shared = alloc.pop("shared_spec", None)
+        if shared is not None:
+            alloc["request_spec"] = shared
+        alloc.setdefault("owner_uuid", alloc.get("instance_uuid") or alloc["uuid"])
+        alloc["instance_uuid"] = alloc["uuid"]
+        alloc["resources"] = {}
+        alloc["allocations"] = {}
+        out[alloc["uuid"]] = by_id[alloc["id"]] = alloc
+    if by_id:
+        ids = list(by_id)
+        q = (sa.select(_items.c.consumer_id, _rp.c.uuid, _items.c.resource_class,
+                       _items.c.amount)
+             .join(_rp, _rp.c.id == _items.c.provider_id)
+             .where(_items.c.consumer_id.in_(ids)))
+        for cid, provider, rc, amount in conn.execute(q):
+            alloc = by_id[cid]
+            alloc["resources"][rc] = alloc["resources"].get(rc, 0) + amount
+            alloc["allocations"].setdefault(provider, {})[rc] = amount
+    return out
+
+
+def _consumers_query():
+    return (sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,
+                      _cn.c.uuid.label("node_uuid"), _specs.c.spec.label("shared_spec"))
+            .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
+            .outerjoin(_specs, _specs.c.id == _alloc.c.request_spec_id))
+
+
 def allocations_for(db: Database, instance_uuids) -> dict[str, dict]:
-    """instance uuid -> its allocation with host, node name and node uuid (only
-    the instances that hold one); one query."""
+    """consumer uuid -> what it holds, with host, node name and node uuid (only
+    those that hold something); two queries."""
     uuids = list(instance_uuids)
     if not uuids:
         return {}
     with db.reader_connection() as conn:
-        rows = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,
-                                      _cn.c.uuid.label("node_uuid"),
-                                      _specs.c.spec.label("shared_spec"))
-                            .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
-                            .outerjoin(_specs, _specs.c.id == _alloc.c.request_spec_id)
-                            .where(_alloc.c.instance_uuid.in_(uuids))).mappings().all()
-    out = {}
-    for row in rows:
-        alloc = dict(row)
-        shared = alloc.pop("shared_spec")
-        if shared is not None:
-            alloc["request_spec"] = shared
-        out[row["instance_uuid"]] = alloc
-    return out
+        rows = conn.execute(_consumers_query().where(_alloc.c.uuid.in_(uuids))).mappings()
+        return _with_amounts(conn, rows.all())
 
 
 def get_allocation(db: Database, instance_uuid: str) -> dict | None:
-    with db.reader_connection() as conn:
-        row = conn.execute(sa.select(_alloc, _cn.c.host, _cn.c.hypervisor_hostname,
-                                     _cn.c.uuid.label("node_uuid"),
-                                     _specs.c.spec.label("shared_spec"))
-                           .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
-                           .outerjoin(_specs, _specs.c.id == _alloc.c.request_spec_id)
-                           .where(_alloc.c.instance_uuid == instance_uuid)).mappings().first()
-        if row is None:
-            return None
-        out = dict(row)
-        shared = out.pop("shared_spec")
-        if shared is not None:
-            out["request_spec"] = shared
-        return out
+    """What the consumer holds (as ``allocations_for``), or None."""
+    return allocations_for(db, [instance_uuid]).get(instance_uuid)
 
 
 def list_allocations(db: Database, *, pending: bool = False,
                      older_than: float | None = None, host: str | None = None,
                      now: datetime.datetime | None = None) -> list[dict]:
-    """Allocations with their host, oldest first, for operators: only the pending
-    ones (``pending``), only those made more than ``older_than`` seconds ago,
-    only on ``host`` (host or node name)."""
-    q = (sa.select(_alloc.c.instance_uuid, _cn.c.host, _cn.c.hypervisor_hostname.label("node"),
-                   _alloc.c.vcpus, _alloc.c.memory_mb, _alloc.c.disk_mb,
+    """Consumers with their host and what they hold, oldest first, for
+    operators: only the pending ones (``pending``), only those made more than
+    ``older_than`` seconds ago, only on ``host`` (host or node name)."""
+    q = (sa.select(_alloc.c.id, _alloc.c.uuid, _alloc.c.consumer_type,
+                   _alloc.c.instance_uuid.label("owner_uuid"), _cn.c.host,
+                   _cn.c.hypervisor_hostname.label("node"),
                    _alloc.c.pci_devices, _alloc.c.project_id, _alloc.c.user_id,
                    _alloc.c.instance_group, _alloc.c.pending, _alloc.c.created_at)
          .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
@@ -470,8 +551,10 @@ def list_allocations(db: Database, *, pending: bool = False,
     if host is not None:
         q = q.where(sa.or_(_cn.c.host == host, _cn.c.hypervisor_hostname == host))
     with db.reader_connection() as conn:
-        out = [dict(row) for row in conn.execute(q).mappings()]
+        held = _with_amounts(conn, conn.execute(q).mappings().all())
+    out = list(held.values())
     for row in out:
+        row.pop("id")
         row["pending"] = bool(row["pending"])
         row["pci_devices"] = json.loads(row["pci_devices"]) if row["pci_devices"] else []
     return out

@@ -4,6 +4,7 @@ Core (not ORM) selects: these run on every request at 10,000+ hosts.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections.abc import Iterable
@@ -13,13 +14,16 @@ from sqlalchemy.engine import Connection
 
 from db import models
 from db.api import chunks
+from db.inventory import Inventory
 
 _cn = models.ComputeNode.__table__
 _svc = models.Service.__table__
 _agg = models.Aggregate.__table__
 _agg_hosts = models.AggregateHost.__table__
 _agg_meta = models.AggregateMetadata.__table__
-_alloc = models.Allocation.__table__
+_alloc = models.Consumer.__table__
+_rp = models.ResourceProvider.__table__
+_inv = models.ProviderInventory.__table__
 
 NODE_COLUMNS = [c for c in _cn.c if c.name not in ("created_at", "deleted_at")]
 
@@ -105,12 +109,11 @@ def load_aggregates(conn: Connection) -> list[dict]:
     return list(aggs.values())
 
 
-_INSTANCES = sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid,
-                       _alloc.c.instance_group)
+_INSTANCES = sa.select(_alloc.c.compute_node_id, _alloc.c.uuid, _alloc.c.instance_group)
 _specs = models.RequestSpecRow.__table__
 # The request each allocation answered: stored once per request (request_specs),
 # or on the allocation itself (rows written before migration 0003).
-_IMAGES = (sa.select(_alloc.c.compute_node_id, _alloc.c.instance_uuid,
+_IMAGES = (sa.select(_alloc.c.compute_node_id, _alloc.c.uuid,
                      sa.func.coalesce(_specs.c.spec, _alloc.c.request_spec))
            .select_from(_alloc.outerjoin(_specs, _specs.c.id == _alloc.c.request_spec_id)))
 _IMAGES_BY_NODE = _IMAGES.where(
@@ -165,3 +168,85 @@ def _image_properties(text: str | None) -> dict:
     image = spec.get("image") if isinstance(spec, dict) else None
     props = image.get("properties") if isinstance(image, dict) else None
     return props if isinstance(props, dict) else {}
+
+
+# -- the ledger: each node's providers, their inventories (with usage) and traits -----------
+
+@dataclasses.dataclass
+class ProviderRecord:
+    """One provider of a node as stored: its inventories with their usage."""
+
+    id: int
+    uuid: str
+    name: str
+    parent_id: int | None
+    traits: frozenset[str] = frozenset()
+    inventories: dict[str, tuple[Inventory, int]] = dataclasses.field(default_factory=dict)
+
+
+_PROVIDERS = sa.select(_rp.c.id, _rp.c.uuid, _rp.c.name, _rp.c.parent_id, _rp.c.traits,
+                       _rp.c.compute_node_id).order_by(_rp.c.compute_node_id, _rp.c.id)
+_INVENTORIES = sa.select(_inv.c.provider_id, _inv.c.resource_class, _inv.c.total,
+                         _inv.c.reserved, _inv.c.min_unit, _inv.c.max_unit, _inv.c.step_size,
+                         _inv.c.allocation_ratio, _inv.c.used)
+_PROVIDERS_BY_NODE = _PROVIDERS.where(
+    _rp.c.compute_node_id.in_(sa.bindparam("ids", expanding=True)))
+_INVENTORIES_BY_NODE = _INVENTORIES.join_from(_inv, _rp, _rp.c.id == _inv.c.provider_id).where(
+    _rp.c.compute_node_id.in_(sa.bindparam("ids", expanding=True)))
+
+#: Inventories read from rows: equal rows share one (immutable) Inventory.
+_INVENTORY_VALUES: dict[tuple, Inventory] = {}
+
+
+def _inventory(values: tuple) -> Inventory:
+    inv = _INVENTORY_VALUES.get(values)
+    if inv is None:
+        if len(_INVENTORY_VALUES) >= 65536:
+            _INVENTORY_VALUES.clear()
+        inv = _INVENTORY_VALUES[values] = Inventory(*values)
+    return inv
+
+
+#: Trait texts read from rows: equal texts share one frozenset.
+_TRAIT_SETS: dict[str, frozenset[str]] = {}
+
+
+def trait_set(text: str | None) -> frozenset[str]:
+    """A provider's ``traits`` column as a set."""
+    traits = _TRAIT_SETS.get(text or "")
+    if traits is None:
+        if len(_TRAIT_SETS) >= 16384:
+            _TRAIT_SETS.clear()
+        traits = _TRAIT_SETS[text or ""] = frozenset((text or "").split())
+    return traits
+
+
+def trait_text(traits) -> str:
+    """Traits as the ``traits`` column stores them."""
+    return " ".join(sorted(traits))
+
+
+def load_providers(conn: Connection, node_ids: Iterable[int] | None = None
+                   ) -> dict[int, list[ProviderRecord]]:
+    """node id -> its providers (the root first, then the others by id)."""
+    if node_ids is None:
+        chunked = [((_PROVIDERS, {}), (_INVENTORIES, {}))]
+    else:
+        chunked = [((_PROVIDERS_BY_NODE, {"ids": chunk}), (_INVENTORIES_BY_NODE, {"ids": chunk}))
+                   for chunk in chunks(list(node_ids))]
+    out: dict[int, list[ProviderRecord]] = {}
+    for (q_rp, p_rp), (q_inv, p_inv) in chunked:
+        by_id: dict[int, ProviderRecord] = {}
+        for pid, uuid, name, parent_id, traits, node_id in conn.execute(q_rp, p_rp):
+            rec = by_id[pid] = ProviderRecord(pid, uuid, name, parent_id, trait_set(traits))
+            providers = out.setdefault(node_id, [])
+            if parent_id is None:
+                providers.insert(0, rec)
+            else:
+                providers.append(rec)
+        for pid, rc, total, reserved, lo, hi, step, ratio, used in conn.execute(q_inv, p_inv):
+            rec = by_id.get(pid)
+            if rec is not None:
+                rec.inventories[rc] = (_inventory((total, reserved, lo, hi, step, ratio)),
+                                       used)
+    return out

@@ -20,9 +20,12 @@ from sqlalchemy.orm import Session
 
 from db import aggregates as db_aggregates
 from db import errors as exception
-from db import models
+from db import host_states, models
 from db import pci as db_pci
+from db import providers as db_providers
 from db.api import Database, chunks, retry_on_deadlock
+from db.inventory import DISK_GB, MEMORY_MB, PCPU, VCPU, usable
+from db.limits import MAX_NAME
 from db.records import MEMPAGE_LAYOUT_KEYS, NUMA_CELL_LAYOUT_KEYS, Fleet, HostRecord
 from pci import device as pci_device
 from pci.report import ReportPlan, plan_report
@@ -31,11 +34,11 @@ LOG = logging.getLogger(__name__)
 
 COMPUTE_BINARY = "berth-compute"
 
-# HostRecord fields stored as plain columns, and those stored as JSON text.
-_PLAIN_FIELDS = ("host", "vcpus", "memory_mb", "local_gb", "cpu_allocation_ratio",
-                 "ram_allocation_ratio", "disk_allocation_ratio", "reserved_host_memory_mb",
-                 "reserved_host_disk_mb", "reserved_host_cpus", "hypervisor_type",
-                 "hypervisor_version", "host_ip", "disabled", "disabled_reason")
+# HostRecord fields stored as plain columns, and those stored as JSON text (what
+# the node has of each resource class is its providers' inventories:
+# ``db.providers``).
+_PLAIN_FIELDS = ("host", "hypervisor_type", "hypervisor_version", "host_ip", "disabled",
+                 "disabled_reason")
 _JSON_FIELDS = ("cpu_info", "supported_instances", "numa_topology", "stats", "metrics")
 
 
@@ -140,22 +143,21 @@ def node_for_update(session: Session, node: str) -> models.ComputeNode | None:
 def capacity_shortfalls(node: models.ComputeNode, rec: HostRecord) -> list[str]:
     """What the reported capacity ``rec`` can no longer hold of ``node``'s usage.
 
-    Host totals are ``(total - reserved) x ratio`` against the usage counters;
-    NUMA cells compare memory and page counts against the cells' usage (a
-    cell whose CPUs changed under pinned guests is refused by
-    ``merge_numa_usage`` instead).
+    Each inventory's ``(total - reserved) x ratio`` against what is allocated
+    from it (``db.providers``); NUMA cells compare memory and page counts
+    against the cells' usage (a cell whose CPUs changed under pinned guests is
+    refused by ``merge_numa_usage`` instead).
     """
-    out = []
-    limits = (("vcpus", (rec.vcpus - rec.reserved_host_cpus) * rec.cpu_allocation_ratio,
-               node.vcpus_used),
-              ("memory_mb", (rec.memory_mb - rec.reserved_host_memory_mb)
-               * rec.ram_allocation_ratio, node.memory_mb_used),
-              ("disk_mb", (rec.local_gb * 1024 - rec.reserved_host_disk_mb)
-               * rec.disk_allocation_ratio, node.disk_mb_used))
-    for name, capacity, used in limits:
-        if used > capacity:
-            out.append(f"{name} {_num(capacity)} < {used} used")
-    old_cells = {c.get("id"): c for c in (_loads(node.numa_topology) or {}).get("cells", [])}
+    session = Session.object_session(node)
+    stored = host_states.load_providers(session.connection(), [node.id]).get(node.id, [])
+    return _shortfalls(stored, node.numa_topology, rec)
+
+
+def _shortfalls(stored: list[host_states.ProviderRecord], numa_topology: str | None,
+                rec: HostRecord) -> list[str]:
+    """capacity_shortfalls from a node's ``stored`` providers and stored NUMA text."""
+    out = db_providers.planned_shortfalls(stored, rec)
+    old_cells = {c.get("id"): c for c in (_loads(numa_topology) or {}).get("cells", [])}
     for cell in (rec.numa_topology or {}).get("cells", []):
         old = old_cells.get(cell["id"])
         if old is None:
@@ -233,6 +235,9 @@ def _upsert(session: Session, rec: HostRecord, now: datetime.datetime, heartbeat
             LOG.warning("Host %s: %s", rec.host, warning)
         if status == "unchanged" and not report.empty:
             status = "updated"
+    synced = db_providers.sync(session.connection(), [(node.id, node.uuid, rec)], now)
+    if status == "unchanged" and synced[node.id].changed:
+        status = "updated"
     if status == "updated":
         node.generation = models.ComputeNode.generation + 1
         node.updated_at = now
@@ -288,9 +293,11 @@ def _live_nodes(session: Session, names: list[str], ids_only: bool = False
 
 
 def _plan_nodes(fleet: Fleet, stored: dict[str, dict[str, Any]],
-                devices: dict[int, list[pci_device.PciDevice]], result: ImportResult
+                devices: dict[int, list[pci_device.PciDevice]],
+                held: dict[int, list[host_states.ProviderRecord]], result: ImportResult
                 ) -> tuple[list[dict], list[dict], dict[str, ReportPlan]]:
-    """(rows to insert, {"_id", changed columns...} per changed node, PCI plans by node)."""
+    """(rows to insert, {"_id", changed columns...} per changed node, PCI plans by
+    node); ``held``: the stored nodes' providers with their usage."""
     inserts: list[dict] = []
     updates: list[dict] = []
     plans: dict[str, ReportPlan] = {}
@@ -312,6 +319,8 @@ def _plan_nodes(fleet: Fleet, stored: dict[str, dict[str, Any]],
         else:
             values["numa_topology"] = merge_numa_usage(rec.host, _loads(old["numa_topology"]),
                                                        values["numa_topology"])
+            _disable_below_usage(rec, _shortfalls(held.get(old["id"], []),
+                                                  old["numa_topology"], rec), values, result)
             changed = _changed_values(old, values)
             plan = plan_report(devices.get(old["id"], ()), reported,
                                field=f"host {rec.host}: pci_devices")
@@ -330,6 +339,23 @@ def _plan_nodes(fleet: Fleet, stored: dict[str, dict[str, Any]],
     return inserts, updates, plans
 
 
+def _disable_below_usage(rec: HostRecord, shortfalls: list[str], values: dict[str, Any],
+                         result: ImportResult) -> None:
+    """A host imported with less capacity than its allocations hold is written
+    disabled, with a ``capacity below usage: ...`` reason (unless the file disables
+    it with a reason of its own), as a host's report would leave it: never enabled
+    with negative free room."""
+    if not shortfalls:
+        return
+    reason = "; ".join(shortfalls)
+    if not values["disabled"]:
+        values["disabled"] = True
+        values["disabled_reason"] = (CAPACITY_REASON_PREFIX + reason)[:MAX_NAME]
+    LOG.warning("Host %s imported with capacity below its usage (%s); host disabled",
+                rec.host, reason)
+    result.warnings.append(f"{rec.host}: {CAPACITY_REASON_PREFIX}{reason}; host disabled")
+
+
 def _write_updates(session: Session, updates: list[dict], now: datetime.datetime) -> None:
     """One executemany per set of changed columns (most re-imports change the same ones)."""
     cn = models.ComputeNode.__table__
@@ -343,9 +369,31 @@ def _write_updates(session: Session, updates: list[dict], now: datetime.datetime
         session.execute(stmt, rows)
 
 
+class _DryRun(Exception):
+    """Ends a dry-run import's transaction (rolled back) with its result."""
+
+    def __init__(self, result: ImportResult) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+def import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None = None,
+                 dry_run: bool = False) -> ImportResult:
+    """Write a validated fleet in one transaction; idempotent.
+
+    ``dry_run``: do everything the import does, every check against the stored
+    hosts, allocations, devices and aggregates included, then roll back; the
+    result says what the import would do.
+    """
+    try:
+        return _import_fleet(db, fleet, progress, dry_run)
+    except _DryRun as done:
+        return done.result
+
+
 @retry_on_deadlock
-def import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None = None
-                 ) -> ImportResult:
+def _import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None,
+                  dry_run: bool) -> ImportResult:
     """Write a validated fleet in one transaction; idempotent.
 
     Hosts in the file are created or updated (a host without ``pci_devices``
@@ -367,7 +415,9 @@ def import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None = None
         devices, device_ids = db_pci.devices_of_nodes(
             session.connection(), [row["id"] for row in stored.values()])
         report("comparing hosts", 0, total)
-        inserts, updates, plans = _plan_nodes(fleet, stored, devices, result)
+        held = host_states.load_providers(session.connection(),
+                                          [row["id"] for row in stored.values()])
+        inserts, updates, plans = _plan_nodes(fleet, stored, devices, held, result)
         for chunk in _progress_chunks(inserts, report, "writing new hosts"):
             session.execute(cn.insert(), [
                 dict(row, uuid=str(uuidlib.uuid4()), generation=0, created_at=now,
@@ -381,6 +431,10 @@ def import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None = None
         db_pci.apply_reports(session.connection(),
                              {stored[node]["id"]: plan for node, plan in plans.items()},
                              device_ids)
+        report("writing resource providers", 0, total)
+        new = {stored[row["hypervisor_hostname"]]["id"] for row in inserts}
+        _sync_providers(session, fleet, stored, {row["_id"] for row in updates} | new, now,
+                        result)
         report("writing aggregates", 0, len(fleet.aggregates))
         statuses = db_aggregates.sync_many_in_session(session, fleet.aggregates, now)
         for name, status in statuses.items():
@@ -388,9 +442,36 @@ def import_fleet(db: Database, fleet: Fleet, progress: ProgressFn | None = None
         report("checking availability zones", 0, 0)
         # Leaving an aggregate never adds a zone: the file's members are enough.
         db_aggregates.check_zones(session, {h for agg in fleet.aggregates for h in agg.hosts})
+        if dry_run:
+            raise _DryRun(result)       # rolls the transaction back
         report("committing", total, total)
     LOG.info("Fleet imported: %s", result.summary())
     return result
+
+
+def _sync_providers(session: Session, fleet: Fleet, stored: dict[str, dict[str, Any]],
+                    bumped: set[int], now: datetime.datetime, result: ImportResult) -> None:
+    """Write every host's providers, inventories and traits; a node whose only
+    change is there is counted as updated and gets a new generation too
+    (``bumped``: the nodes written already, new ones included)."""
+    cn = models.ComputeNode.__table__
+    uuids: dict[int, str] = {}
+    for chunk in chunks([row["id"] for row in stored.values()]):
+        uuids.update(session.execute(sa.select(cn.c.id, cn.c.uuid).where(
+            cn.c.id.in_(chunk))).tuples().all())
+    nodes = [(stored[rec.node]["id"], uuids[stored[rec.node]["id"]], rec) for rec in fleet.hosts]
+    synced = db_providers.sync(session.connection(), nodes, now)
+    also = [node_id for node_id, done in synced.items()
+            if done.changed and node_id not in bumped]
+    if not also:
+        return
+    for chunk in chunks(also):
+        session.execute(cn.update().where(cn.c.id.in_(chunk))
+                        .values(generation=cn.c.generation + 1, updated_at=now))
+    names = {stored[rec.node]["id"]: rec.host for rec in fleet.hosts}
+    moved = {names[node_id] for node_id in also}
+    result.updated.extend(h for h in result.unchanged if h in moved)
+    result.unchanged[:] = [h for h in result.unchanged if h not in moved]
 
 
 def _progress_chunks(rows: list, report: ProgressFn, phase: str, size: int = 1000):
@@ -424,8 +505,9 @@ def delete_host(db: Database, name: str, force: bool = False) -> dict:
         ids = [n.id for n in nodes]
         node_names = [n.hypervisor_hostname for n in nodes]
         hosts = sorted({n.host for n in nodes})
+        consumers = models.Consumer
         allocations = session.scalar(sa.select(sa.func.count()).where(
-            models.Allocation.compute_node_id.in_(ids)))
+            consumers.compute_node_id.in_(ids)))
         in_use = session.scalar(sa.select(sa.func.count()).where(
             models.PciDevice.compute_node_id.in_(ids),
             models.PciDevice.status.in_(tuple(pci_device.IN_USE))))
@@ -436,16 +518,27 @@ def delete_host(db: Database, name: str, force: bool = False) -> dict:
                 reason=f"host {name} has allocations")
         # The requests these allocations answered: their stored specs go with
         # the last allocation that refers to them (as a release does).
-        spec_ids = list(session.scalars(sa.select(models.Allocation.request_spec_id).where(
-            models.Allocation.compute_node_id.in_(ids),
-            models.Allocation.request_spec_id.is_not(None)).distinct()))
+        spec_ids = list(session.scalars(sa.select(consumers.request_spec_id).where(
+            consumers.compute_node_id.in_(ids),
+            consumers.request_spec_id.is_not(None)).distinct()))
+        held = sa.select(consumers.id).where(consumers.compute_node_id.in_(ids))
         session.execute(sa.delete(models.Allocation).where(
-            models.Allocation.compute_node_id.in_(ids)))
+            models.Allocation.consumer_id.in_(held)))
+        session.execute(sa.delete(consumers).where(consumers.compute_node_id.in_(ids)))
         specs = models.RequestSpecRow
         for chunk in chunks(spec_ids):
             session.execute(sa.delete(specs).where(
                 specs.id.in_(chunk),
-                ~sa.exists().where(models.Allocation.request_spec_id == specs.id)))
+                ~sa.exists().where(consumers.request_spec_id == specs.id)))
+        providers = sa.select(models.ResourceProvider.id).where(
+            models.ResourceProvider.compute_node_id.in_(ids))
+        session.execute(sa.delete(models.ProviderInventory).where(
+            models.ProviderInventory.provider_id.in_(providers)))
+        # children before their parents (each a statement: no cascade on SQLite)
+        rp = models.ResourceProvider
+        session.execute(sa.delete(rp).where(rp.compute_node_id.in_(ids),
+                                            rp.parent_id.is_not(None)))
+        session.execute(sa.delete(rp).where(rp.compute_node_id.in_(ids)))
         devices = session.execute(sa.delete(models.PciDevice).where(
             models.PciDevice.compute_node_id.in_(ids))).rowcount
         now = models.utcnow()
@@ -486,14 +579,13 @@ def _nodes_of(session: Session, name: str, for_update: bool = False
     raise exception.NotFound(kind="Host", name=name)
 
 
-def _free(node: models.ComputeNode) -> dict[str, float]:
-    """Room left: (capacity - reserved) * ratio - used, as placement counts it."""
-    vcpus = (node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio
-    ram = (node.memory_mb - node.reserved_host_memory_mb) * node.ram_allocation_ratio
-    disk_mb = (node.local_gb * 1024 - node.reserved_host_disk_mb) * node.disk_allocation_ratio
-    return {"vcpus": _num(vcpus - node.vcpus_used),
-            "memory_mb": _num(ram - node.memory_mb_used),
-            "local_gb": _num((disk_mb - node.disk_mb_used) / 1024)}
+def _resources(provider: host_states.ProviderRecord) -> dict[str, dict]:
+    """A provider's inventories with what is used and free, by class."""
+    out = {}
+    for rc, (inv, used) in sorted(provider.inventories.items()):
+        capacity = usable(inv.total, inv.reserved, inv.allocation_ratio)
+        out[rc] = dict(inv.to_primitive(), used=used, free=_num(capacity - used))
+    return out
 
 
 def _num(value: float) -> float | int:
@@ -537,33 +629,53 @@ def _context(session: Session, node_ids: list[int], hosts: list[str]) -> dict[st
                 by_tag = pci_tags.setdefault(node_id, {})
                 by_tag[f"{key}={value}"] = by_tag.get(f"{key}={value}", 0) + count
         allocs = dict(session.execute(
-            sa.select(models.Allocation.compute_node_id, sa.func.count())
-            .where(models.Allocation.compute_node_id.in_(node_ids))
-            .group_by(models.Allocation.compute_node_id)).tuples().all())
+            sa.select(models.Consumer.compute_node_id, sa.func.count())
+            .where(models.Consumer.compute_node_id.in_(node_ids))
+            .group_by(models.Consumer.compute_node_id)).tuples().all())
     seen = dict(session.execute(
         sa.select(models.Service.host, models.Service.last_seen_up)
         .where(models.Service.binary == COMPUTE_BINARY,
                models.Service.host.in_(hosts))).tuples().all()) if hosts else {}
+    providers = host_states.load_providers(session.connection(), node_ids) if node_ids else {}
     return {"aggregates": aggs, "zones": zones, "pci": pci, "pci_tags": pci_tags,
-            "allocations": allocs, "seen": seen}
+            "allocations": allocs, "seen": seen, "providers": providers}
 
 
 def _summary(node: models.ComputeNode, ctx: dict[str, Any]) -> dict[str, Any]:
     pci = ctx["pci"].get(node.id, {})
     seen = ctx["seen"].get(node.host)
+    providers = ctx["providers"].get(node.id) or [
+        host_states.ProviderRecord(0, node.uuid, node.hypervisor_hostname, None)]
+    root = providers[0]
+    resources = _resources(root)
+
+    def field(rc: str, key: str, default: Any = 0) -> Any:
+        return resources.get(rc, {}).get(key, default)
+
     return {
         "host": node.host, "node": node.hypervisor_hostname, "uuid": node.uuid,
-        "vcpus": node.vcpus, "vcpus_used": node.vcpus_used,
-        "memory_mb": node.memory_mb, "memory_mb_used": node.memory_mb_used,
-        "local_gb": node.local_gb, "local_gb_used": _num(node.disk_mb_used / 1024),
+        # the root provider's classic classes (every class: resources)
+        "vcpus": field(VCPU, "total"), "vcpus_used": field(VCPU, "used"),
+        "pcpus": field(PCPU, "total"), "pcpus_used": field(PCPU, "used"),
+        "memory_mb": field(MEMORY_MB, "total"), "memory_mb_used": field(MEMORY_MB, "used"),
+        "local_gb": field(DISK_GB, "total"), "local_gb_used": field(DISK_GB, "used"),
         "running_vms": node.running_vms,
-        "cpu_allocation_ratio": node.cpu_allocation_ratio,
-        "ram_allocation_ratio": node.ram_allocation_ratio,
-        "disk_allocation_ratio": node.disk_allocation_ratio,
-        "reserved_host_cpus": node.reserved_host_cpus,
-        "reserved_host_memory_mb": node.reserved_host_memory_mb,
-        "reserved_host_disk_mb": node.reserved_host_disk_mb,
-        "free": _free(node),
+        "cpu_allocation_ratio": field(VCPU, "allocation_ratio", 1.0),
+        "ram_allocation_ratio": field(MEMORY_MB, "allocation_ratio", 1.0),
+        "disk_allocation_ratio": field(DISK_GB, "allocation_ratio", 1.0),
+        "reserved_host_cpus": field(VCPU, "reserved"),
+        "reserved_host_memory_mb": field(MEMORY_MB, "reserved"),
+        "reserved_host_disk_mb": field(DISK_GB, "reserved") * 1024,
+        "free": {"vcpus": field(VCPU, "free"), "memory_mb": field(MEMORY_MB, "free"),
+                 "local_gb": field(DISK_GB, "free")},
+        "resources": resources,
+        "traits": sorted(root.traits),
+        "providers": [{"name": p.name, "uuid": p.uuid,
+                       "parent": next((q.name if q.parent_id is not None else
+                                       node.hypervisor_hostname for q in providers
+                                       if q.id == p.parent_id), None),
+                       "traits": sorted(p.traits), "resources": _resources(p)}
+                      for p in providers[1:]],
         "disabled": node.disabled, "disabled_reason": node.disabled_reason,
         "availability_zone": ctx["zones"].get(node.host),
         "aggregates": ctx["aggregates"].get(node.host, []),

@@ -15,7 +15,13 @@ database's BIGINT range or a finite float:
 - metrics and weight multipliers: finite floats with ``|x| <= MAX_FLOAT`` (1e15);
 - names (hosts, nodes, aggregates, zones, metadata keys and values): non-blank
   strings of at most 255 characters without control characters (C0, DEL, C1),
-  so a name can never forge a log line or a terminal escape.
+  line or paragraph separators (U+2028, U+2029), bidirectional formatting
+  characters (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069) or lone
+  surrogates, so a name can never forge a log line, a terminal escape or a line
+  that reads differently from what it holds.
+
+``escape_controls`` makes any other text (a log message, a value printed by a CLI)
+safe the same way: each such character becomes a ``\\xNN`` or ``\\uNNNN`` escape.
 
 The checks raise ``LimitError(expected)``; each caller turns it into its own typed
 error naming the field (``InvalidRequest``, ``InvalidFleet``).
@@ -34,7 +40,8 @@ MAX_BIGINT = 2 ** 63 - 1
 MAX_FLOAT = 1e15
 MAX_NAME = 255
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e"
+                      "\u2066-\u2069\ud800-\udfff]")
 
 
 class LimitError(ValueError):
@@ -77,7 +84,18 @@ def check_float(value: Any, bound: float = MAX_FLOAT) -> float:
 
 
 def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control, separator, bidi or surrogate character."""
     return _CONTROL.search(text) is not None
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xff else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each character ``has_control`` refuses written as an escape."""
+    return _CONTROL.sub(_escape, text)
 
 
 def check_name(value: Any, max_len: int = MAX_NAME) -> str:
@@ -85,15 +103,15 @@ def check_name(value: Any, max_len: int = MAX_NAME) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > max_len \
             or has_control(value):
         raise LimitError(f"a non-empty string of at most {max_len} characters without "
-                         f"control characters")
+                         f"control, line-separator or bidi characters")
     return value
 
 
 def check_text(value: Any, max_len: int = MAX_NAME) -> str:
     """A free-text value stored as given (metadata values, reasons): may be empty."""
     if not isinstance(value, str) or len(value) > max_len or has_control(value):
-        raise LimitError(f"a string of at most {max_len} characters without control "
-                         f"characters")
+        raise LimitError(f"a string of at most {max_len} characters without control, "
+                         f"line-separator or bidi characters")
     return value
 
 

@@ -22,9 +22,23 @@ def _alembic_config(connection=None) -> Config:
 
 
 def db_sync(db: Database, revision: str = "head") -> str | None:
-    """Upgrade the schema to ``revision``; returns the revision now applied."""
-    with db.engine.begin() as conn:
-        command.upgrade(_alembic_config(conn), revision)
+    """Upgrade the schema to ``revision``; returns the revision now applied.
+
+    On SQLite, foreign keys are not enforced while migrating: a table changed
+    there is copied, dropped and renamed, which the rows of the tables that
+    refer to it would refuse (they still refer to the same ids after)."""
+    sqlite = db.dialect == "sqlite"
+    with db.engine.connect() as conn:
+        # on the DB-API connection: the pragma counts only outside a transaction
+        raw = conn.connection.dbapi_connection if sqlite else None
+        if raw is not None:
+            raw.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with conn.begin():
+                command.upgrade(_alembic_config(conn), revision)
+        finally:
+            if raw is not None:
+                raw.execute("PRAGMA foreign_keys = ON")
     return db_version(db)
 
 

@@ -56,9 +56,12 @@ class TimestampMixin:
 
 
 class ComputeNode(TimestampMixin, Base):
-    """A hypervisor node: capacity, usage, topology and the claim generation.
+    """A hypervisor node: its description, topology and the claim generation.
 
-    ``generation`` is bumped by every write; claims are compare-and-swap on it.
+    What it has of each resource class is in ``inventories`` (of its root
+    provider and of its child providers, ``resource_providers``); what it
+    handed out in ``allocations``. ``generation`` is bumped by every write to
+    the node or its providers; claims are compare-and-swap on it.
     ``deleted`` is 0 for live rows and the row id once deleted (soft delete keeps
     the row visible to the changed-rows refresh so caches can drop it).
     """
@@ -75,22 +78,9 @@ class ComputeNode(TimestampMixin, Base):
     uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
     host: Mapped[str] = mapped_column(String(255), nullable=False)
     hypervisor_hostname: Mapped[str] = mapped_column(String(255), nullable=False)
-    vcpus: Mapped[int] = mapped_column(Integer, nullable=False)
-    memory_mb: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    local_gb: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    vcpus_used: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    memory_mb_used: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
-    # Disk usage is kept in MB: allocations include swap (MB), and sums stay exact.
-    disk_mb_used: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
     running_vms: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     current_workload: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     failed_builds: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    cpu_allocation_ratio: Mapped[float] = mapped_column(Float, nullable=False)
-    ram_allocation_ratio: Mapped[float] = mapped_column(Float, nullable=False)
-    disk_allocation_ratio: Mapped[float] = mapped_column(Float, nullable=False)
-    reserved_host_memory_mb: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    reserved_host_disk_mb: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    reserved_host_cpus: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     hypervisor_type: Mapped[str | None] = mapped_column(String(255))
     hypervisor_version: Mapped[int | None] = mapped_column(BigInteger)
     host_ip: Mapped[str | None] = mapped_column(String(64))
@@ -202,45 +192,126 @@ class AggregateMetadata(Base):
     value: Mapped[str] = mapped_column(String(255), nullable=False)
 
 
-class Allocation(Base):
-    """What the scheduler handed out: usage on a node equals the sum of these."""
+class ResourceProvider(TimestampMixin, Base):
+    """A resource provider of a compute node: its root provider (the node itself,
+    same uuid and name) or a child of it, e.g. a physical GPU with VGPU
+    inventory or an SR-IOV PF with bandwidth inventory. A node and its
+    providers are one tree and change under the node's ``generation``."""
 
-    __tablename__ = "allocations"
+    __tablename__ = "resource_providers"
     __table_args__ = (
-        Index("allocations_compute_node_id_idx", "compute_node_id"),
-        Index("allocations_instance_group_idx", "instance_group"),
-        Index("allocations_pending_idx", "pending", "created_at"),
+        UniqueConstraint("compute_node_id", "name",
+                         name="uniq_resource_providers0compute_node_id0name"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    instance_uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    name: Mapped[str] = mapped_column(String(255), nullable=False)
+    compute_node_id: Mapped[int] = mapped_column(
+        ForeignKey("compute_nodes.id", ondelete="CASCADE"), nullable=False)
+    # None for the root provider.
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("resource_providers.id", ondelete="CASCADE"))
+    # Its traits (``os-traits`` names and CUSTOM_*), sorted, separated by spaces:
+    # read whole with the provider (the scheduler filters on them in memory).
+    traits: Mapped[str] = mapped_column(JsonText, nullable=False, default="")
+
+
+class ProviderInventory(Base):
+    """What one provider has of one resource class (``db.inventory``'s fields),
+    and ``used``: the sum of the allocations against it, written by the claims
+    and releases that write those allocations, in the same transaction."""
+
+    __tablename__ = "inventories"
+    __table_args__ = (
+        UniqueConstraint("provider_id", "resource_class",
+                         name="uniq_inventories0provider_id0resource_class"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    provider_id: Mapped[int] = mapped_column(
+        ForeignKey("resource_providers.id", ondelete="CASCADE"), nullable=False)
+    resource_class: Mapped[str] = mapped_column(String(255), nullable=False)
+    total: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    reserved: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    min_unit: Mapped[int] = mapped_column(BigInteger, nullable=False, default=1)
+    max_unit: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    step_size: Mapped[int] = mapped_column(BigInteger, nullable=False, default=1)
+    allocation_ratio: Mapped[float] = mapped_column(Float, nullable=False, default=1.0)
+    used: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+
+
+#: Consumer types: an instance holds its placement; a migration (or an
+#: evacuation) holds a moving instance's source until the move ends.
+CONSUMER_TYPES = ("instance", "migration", "evacuation")
+
+
+class Consumer(Base):
+    """Whoever holds resources on one node: what the scheduler handed out, with
+    the guest's fitted NUMA cells and claimed PCI devices. Its amounts are its
+    ``allocations`` rows; a node's usage is the sum of those."""
+
+    __tablename__ = "consumers"
+    __table_args__ = (
+        Index("consumers_compute_node_id_idx", "compute_node_id"),
+        Index("consumers_instance_group_idx", "instance_group"),
+        Index("consumers_instance_uuid_idx", "instance_uuid"),
+        Index("consumers_pending_idx", "pending", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # The consumer's own id: the instance's uuid for an instance consumer.
+    uuid: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    consumer_type: Mapped[str] = mapped_column(String(16), nullable=False,
+                                               default="instance", server_default="instance")
+    # The instance the consumer belongs to (itself for an instance consumer).
+    instance_uuid: Mapped[str] = mapped_column(String(36), nullable=False)
     compute_node_id: Mapped[int] = mapped_column(
         ForeignKey("compute_nodes.id"), nullable=False)
-    vcpus: Mapped[int] = mapped_column(Integer, nullable=False)
-    memory_mb: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    disk_mb: Mapped[int] = mapped_column(BigInteger, nullable=False)
     numa_cells: Mapped[str | None] = mapped_column(JsonText)
     pci_devices: Mapped[str | None] = mapped_column(JsonText)
     project_id: Mapped[str | None] = mapped_column(String(255))
     user_id: Mapped[str | None] = mapped_column(String(255))
     instance_group: Mapped[str | None] = mapped_column(String(36))
-    # The request this allocation answered, so ``reschedule`` can place it again:
+    # The request this consumer answered, so ``reschedule`` can place it again:
     # stored once per request in ``request_specs``; ``request_spec`` is only read
-    # for allocations written before that table existed.
+    # for rows written before that table existed.
     request_spec: Mapped[str | None] = mapped_column(JsonText)
     request_spec_id: Mapped[int | None] = mapped_column(
         ForeignKey("request_specs.id"), index=True)
-    # Held until the caller confirms it (``confirm``); a pending allocation older
+    # Held until the caller confirms it (``confirm``); a pending consumer older
     # than ``[scheduler] claim_ttl`` is released by the reaper. Rows written
     # without it (tools, older releases) count as confirmed.
     pending: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
                                           server_default=false())
     created_at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow,
                                                           nullable=False)
+    # The instance's last move (its id) and how it stands: moving, confirmed or
+    # reverted; a retried move, confirm or revert of that id is answered from it.
+    move_id: Mapped[str | None] = mapped_column(String(36))
+    move_state: Mapped[str | None] = mapped_column(String(16))
+
+
+class Allocation(Base):
+    """An amount of one resource class a consumer holds of one provider."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (
+        Index("allocations_consumer_id_idx", "consumer_id"),
+        Index("allocations_provider_id_idx", "provider_id", "resource_class"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    consumer_id: Mapped[int] = mapped_column(
+        ForeignKey("consumers.id", ondelete="CASCADE"), nullable=False)
+    provider_id: Mapped[int] = mapped_column(
+        ForeignKey("resource_providers.id"), nullable=False)
+    resource_class: Mapped[str] = mapped_column(String(255), nullable=False)
+    amount: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class RequestSpecRow(Base):
-    """One request's spec (for one instance), shared by the allocations it made;
+    """One request's spec (for one instance), shared by the consumers it made;
     deleted with the last of them."""
 
     __tablename__ = "request_specs"

@@ -249,6 +249,14 @@ def release_devices(conn: Conn, instance_uuid: str) -> list[str]:
     return sorted(released)
 
 
+def hand_over_devices(conn: Conn, node_id: int, old_uuid: str, new_uuid: str) -> int:
+    """The devices ``old_uuid`` holds on ``node_id`` are now ``new_uuid``'s (a
+    move hands the instance's source over to its migration); how many."""
+    return conn.execute(sa.update(_t).where(
+        _t.c.compute_node_id == node_id, _t.c.instance_uuid == old_uuid,
+        _t.c.status.in_(tuple(IN_USE))).values(instance_uuid=new_uuid)).rowcount
+
+
 def _row_values(dev: PciDevice) -> dict:
     return {"vendor_id": dev.vendor_id, "product_id": dev.product_id,
             "dev_type": dev.dev_type, "parent_addr": dev.parent_addr,

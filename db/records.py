@@ -4,7 +4,9 @@ scheduler validates (``scheduler.fleet``) and the database layer writes
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
+from db.inventory import Inventory
 from pci import device as pci_device
 
 # The NUMA cell keys of the fleet format; anything else stored in a cell is usage.
@@ -13,6 +15,17 @@ NUMA_CELL_LAYOUT_KEYS = frozenset(
 # The page keys of the fleet format: ``reserved`` pages are the host's (e.g.
 # ``[compute] reserved_huge_pages``), reported like the total; ``used`` is usage.
 MEMPAGE_LAYOUT_KEYS = frozenset({"size_kb", "total", "reserved"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderRecord:
+    """A child provider of a node (a physical GPU, an SR-IOV PF, ...)."""
+
+    name: str
+    traits: frozenset[str] = frozenset()
+    inventories: Mapping[str, Inventory] = dataclasses.field(default_factory=dict)
+    parent: str | None = None           # another child's name; None: the node's root
+    uuid: str | None = None             # None: generated on first write, then kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +56,12 @@ class HostRecord:
     numa_topology: dict | None = None
     # None means "not reported": an upsert leaves the node's devices alone.
     pci_devices: list[pci_device.PciDevice] | None = None
+    # The ledger: the root provider's inventories (the fields above as classes,
+    # with the fleet entry's ``inventories:`` over them) and traits, and the
+    # node's child providers. Built by ``scheduler.fleet``.
+    inventories: Mapping[str, Inventory] = dataclasses.field(default_factory=dict)
+    traits: frozenset[str] = frozenset()
+    providers: tuple[ProviderRecord, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

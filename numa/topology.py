@@ -262,6 +262,63 @@ class HostTopology:
         return {"cells": [cell.to_primitive() for cell in self.cells]}
 
 
+#: CPU ids a host topology may name: below Linux's largest NR_CPUS (8192), with room.
+MAX_CPU_ID = 65535
+#: The smallest page size (KiB) a host may report; every size is a power of two.
+MIN_PAGE_KB = 4
+
+
+def check_host_layout(topology: HostTopology, memory_mb: int,
+                      field: str = "numa_topology") -> None:
+    """Raise NumaError unless ``topology`` could describe a host of ``memory_mb``
+    MB: CPU ids at most ``MAX_CPU_ID``; sibling sets within their cell's CPUs (a
+    host's ``vcpus`` may count fewer CPUs than its cells list, or more: it is
+    not compared); the cells' memory at most
+    the host's (plus 1/16 for what the kernel counts per node); page sizes powers
+    of two of at least 4 KiB, each size's pages and all huge pages together
+    within their cell's memory.
+
+    ``from_primitive`` checks only that a topology is well formed (it also reads
+    stored ones); this is what a report or a fleet file is held to."""
+    cell_memory = 0
+    for i, cell in enumerate(topology.cells):
+        cf = f"{field}.cells.{i}"
+        cpus = cell.cpuset | cell.pcpuset
+        for key, pool in (("cpuset", cell.cpuset), ("pcpuset", cell.pcpuset)):
+            if pool and max(pool) > MAX_CPU_ID:
+                raise NumaError(f"{cf}.{key}", f"expected CPU ids <= {MAX_CPU_ID}, "
+                                               f"got {max(pool)}")
+        for j, sibling_set in enumerate(cell.siblings):
+            if not sibling_set <= cpus:
+                raise NumaError(f"{cf}.siblings.{j}",
+                                f"CPUs {_fmt(sibling_set - cpus)} are not CPUs of this "
+                                f"cell (cpuset or pcpuset)")
+        cell_memory += cell.memory_mb
+        cell_kb = (cell.memory_mb + 1) * 1024     # memory_mb is rounded down
+        huge_kb = 0
+        for j, page in enumerate(cell.mempages):
+            pf = f"{cf}.mempages.{j}"
+            size = page.size_kb
+            if size < MIN_PAGE_KB or size & (size - 1):
+                raise NumaError(f"{pf}.size_kb", f"expected a power of two >= "
+                                                 f"{MIN_PAGE_KB}, got {size}")
+            if page.total * size > cell_kb:
+                raise NumaError(f"{pf}.total",
+                                f"expected at most {cell_kb // size} pages of {size} KiB "
+                                f"(the cell's memory_mb {cell.memory_mb}), got {page.total}")
+            if size > MIN_PAGE_KB:
+                huge_kb += page.total * size
+        if huge_kb > cell_kb:
+            raise NumaError(f"{cf}.mempages",
+                            f"huge pages of {huge_kb // 1024} MB in all exceed the cell's "
+                            f"memory_mb {cell.memory_mb}")
+    allowed = memory_mb + memory_mb // 16
+    if cell_memory > allowed:
+        raise NumaError(f"{field}.cells", f"expected the cells' memory_mb to add up to "
+                                          f"at most the host's memory_mb {memory_mb} "
+                                          f"(+1/16), got {cell_memory}")
+
+
 # -- instance -----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)

@@ -102,10 +102,13 @@ class Step:
         return self.flt.name
 
 
-def plan(filters: Sequence[BaseHostFilter]) -> tuple[Step, ...]:
-    """The steps of a filter list, in the configured order."""
+def plan(filters: Sequence[BaseHostFilter], builtin: Sequence[BaseHostFilter] = ()
+         ) -> tuple[Step, ...]:
+    """The steps of a filter list: the request's own lists, the configured
+    filters in their order, then the ``builtin`` filters every request runs
+    (they explain what no configured filter refused)."""
     steps = []
-    for position, flt in enumerate((*REQUEST_STEPS, *filters)):
+    for position, flt in enumerate((*REQUEST_STEPS, *filters, *builtin)):
         if flt.has_vector:
             kind = VECTOR
         elif flt.has_per_host:

@@ -30,12 +30,14 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from db import claims
+from db.inventory import DISK_GB, MEMORY_MB, PCPU, VCPU
 from db.models import utcnow
 from scheduler import cycle as cycles
 from scheduler import exception, metrics
 from scheduler.deadline import Deadline
 from scheduler.explanation import Explanation
 from scheduler.filters import FILTER_NAMESPACE
+from scheduler.filters.resources import ResourcesFilter, assigned, view_classes
 from scheduler.host_manager import HostManager
 from scheduler.host_state import Consumed, HostState
 from scheduler.plugins import RequestContext, load_plugins
@@ -168,10 +170,28 @@ class _Request:
     #: this request does once all of its instances are placed (several
     #: instances), so that claims a failed undo leaves behind are reaped.
     pending: bool = False
+    #: A move: the instance's source, handed over to its holder by the claim.
+    move_from: claims.MoveFrom | None = None
+    #: Enforce the group's hard policy in the claim (a forced move does not).
+    enforce_group: bool = True
 
 
 #: ``pending_before`` that any pending claim is older than.
 _FAR_FUTURE = datetime.datetime(9999, 1, 1)
+
+#: Namespace of the group keys (``group_key``).
+_GROUP_NAMESPACE = uuidlib.UUID("5d3c6b9e-3f0e-5b8a-9a51-4f3f5f2b7c10")
+
+
+def group_key(project_id: str | None, group: str | None) -> str | None:
+    """The key a server group's members are stored and counted under: a UUID
+    derived from the request's project and the group's UUID, so that a group is
+    its project's own (naming another project's group UUID shows none of its
+    members, nor where they run). No project is a project of its own, not a
+    wildcard; the string "None" is another."""
+    if not group:
+        return None
+    return str(uuidlib.uuid5(_GROUP_NAMESPACE, json.dumps([project_id, group])))
 
 
 class _AlreadyPlaced(Exception):
@@ -190,6 +210,61 @@ class _ClaimsLost(Exception):
             f"the claims of {', '.join(self.lost)} were released while the request was "
             "placed (a concurrent try of the same request failed, or the claims outlived "
             "[scheduler] claim_ttl); nothing is held for the request: try again"))
+
+
+def claim_items(host: HostState, assignment) -> tuple[claims.Item, ...]:
+    """An assignment as the claim writes it: (provider id, class, amount)."""
+    if assignment is None:
+        return ()
+    tree, ids = host.tree, host.providers
+    return tuple((ids[tree.slots[slot][0]][0], tree.slots[slot][1], amount)
+                 for slot, amount in assignment.amounts)
+
+
+def held_amounts(host: HostState, assignment) -> dict[str, dict[str, int]]:
+    """An assignment as the reply shows it: {provider uuid: {class: amount}}."""
+    out: dict[str, dict[str, int]] = {}
+    if assignment is None:
+        return out
+    tree, ids = host.tree, host.providers
+    for slot, amount in assignment.amounts:
+        index, rc = tree.slots[slot]
+        out.setdefault(ids[index][1], {})[rc] = amount
+    return out
+
+
+def summed(held: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """{class: amount} over every provider."""
+    out: dict[str, int] = {}
+    for amounts in held.values():
+        for rc, n in amounts.items():
+            out[rc] = out.get(rc, 0) + n
+    return out
+
+
+def classic_allocation(held: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """The ``allocation`` field of a Selection as callers read it before the
+    ledger: vcpus (VCPU + PCPU), memory_mb and disk_mb (DISK_GB in MB)."""
+    total = summed(held)
+    return {"vcpus": total.get(VCPU, 0) + total.get(PCPU, 0),
+            "memory_mb": total.get(MEMORY_MB, 0), "disk_mb": total.get(DISK_GB, 0) * 1024}
+
+
+def pinned_cpus(assignment, host: HostState, fitted):
+    """The assignment with its PCPU amount set to the host CPUs the NUMA fit
+    pins: the guest's dedicated vCPUs, an isolated emulator thread and siblings
+    kept idle by thread policy isolate (which the request alone cannot count)."""
+    pinned = sum(len(cell.host_cpus) for cell in fitted.cells)
+    tree = host.tree
+    amounts = []
+    changed = False
+    for slot, amount in assignment.amounts:
+        if tree.slots[slot][1] == PCPU and amount != pinned:
+            amount, changed = pinned, True
+        amounts.append((slot, amount))
+    if not changed:
+        return assignment
+    return dataclasses.replace(assignment, amounts=tuple(amounts))
 
 
 def _stored_spec(spec: RequestSpec) -> str:
@@ -215,7 +290,9 @@ class FilterScheduler:
             load_filters(fs.enabled_filters, conf)
         self.weighers = list(weighers) if weighers is not None else \
             load_weighers(fs.weight_classes, conf)
-        self.steps = cycles.plan(self.filters)
+        #: The ledger's check: every request runs it (``filters.resources``).
+        self.resources_filter = ResourcesFilter(conf, view_classes(self.filters))
+        self.steps = cycles.plan(self.filters, builtin=(self.resources_filter,))
         for step in self.steps:
             if step.flt.has_classes:    # per-host filters and vector ones that use classes
                 for column, key_fn in step.flt.class_columns().items():
@@ -461,15 +538,60 @@ class FilterScheduler:
         raise AssertionError("unreachable")
 
     def _request(self, spec: RequestSpec, deadline: Deadline, timings: metrics.SelectTimings,
-                 weighers: Sequence, *, dry_run: bool, pending: bool = False) -> _Request:
-        """What a select (or a count) carries from instance to instance."""
+                 weighers: Sequence, *, dry_run: bool, pending: bool = False,
+                 steps: Sequence[cycles.Step] | None = None) -> _Request:
+        """What a select (or a count) carries from instance to instance
+        (``steps``: other filters than the configured ones, e.g. a forced move's)."""
         keep = max(self.conf.filter_scheduler.host_subset_size,
                    self.conf.scheduler.max_attempts) + 8
         group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
-        return _Request(spec=spec, dry_run=dry_run, group=group, timings=timings,
-                        cycle=cycles.Cycle(self.steps, weighers, self.host_manager.columns,
-                                           keep, deadline),
+        return _Request(spec=spec, dry_run=dry_run, group=group_key(spec.project_id, group),
+                        timings=timings,
+                        cycle=cycles.Cycle(self.steps if steps is None else steps, weighers,
+                                           self.host_manager.columns, keep, deadline),
                         deadline=deadline, pending=pending)
+
+    def place_move(self, spec: RequestSpec, instance_uuid: str, move_from: claims.MoveFrom,
+                   *, kept_spec: RequestSpec | None = None, force: bool = False,
+                   return_alternates: bool = False, pending: bool = False
+                   ) -> tuple[HostState, list[Selection]]:
+        """Place one instance for a move and claim it, handing its source over to
+        ``move_from.holder`` in the same transaction (``scheduler.moves``).
+        ``kept_spec``: the request stored with the new placement (without the
+        move's own constraints); ``force``: no filter but the ledger's check (the
+        claim still refuses an over-commit), and no group policy enforced."""
+        timings = metrics.SelectTimings()
+        deadline = Deadline(self.conf.scheduler.request_timeout, _clock)
+        self.host_manager.refresh()
+        steps = cycles.plan([], builtin=(self.resources_filter,)) if force else None
+        req = self._request(spec, deadline, timings, self.weighers, dry_run=False,
+                            pending=pending, steps=steps)
+        req.move_from = move_from
+        req.enforce_group = not force
+        req.stored_spec = _stored_spec(kept_spec or spec)
+        outcome = "error"
+        try:
+            weight, chosen, consumed, alternates = self._place_instance(req, 0, instance_uuid)
+            outcome = "placed"
+        except _AlreadyPlaced:
+            outcome = "invalid request"
+            raise exception.Conflict(reason=f"instance {instance_uuid} holds another "
+                                            f"allocation than the one it moves from") from None
+        except claims.SourceMoved as e:
+            outcome = "invalid request"
+            raise exception.Conflict(reason=f"{e}: it was released or moved by another "
+                                            f"request meanwhile") from None
+        except exception.NoValidHost:
+            outcome = "no valid host"
+            raise
+        finally:
+            timings.placed = 1 if outcome == "placed" else 0
+            timings.record(req.cycle.filter_seconds, req.cycle.weigher_seconds, False,
+                           outcome, self.conf.scheduler.slow_request_ms, 1)
+        self.host_manager.note_placed(chosen, instance_uuid, req.group, spec.image.properties)
+        self.host_manager.refresh_nodes([move_from.source_node_id])
+        return chosen, self._selections(weight, chosen, consumed, alternates, spec,
+                                        instance_uuid, return_alternates)
 
     @staticmethod
     def _counted(req: _Request, e: exception.NoValidHost, placed: int, rounds: int,
@@ -560,6 +682,15 @@ class FilterScheduler:
         held = claims.allocations_for(self.db, uuids)
         if not held:
             return None
+        # Another project's instance is refused before anything is read from,
+        # returned, confirmed or released of it, in the words of an instance of
+        # this project held by another request: the reply does not tell which.
+        # (No project is one of its own: None matches only None.)
+        foreign = next((u for u in uuids if u in held
+                        and held[u]["project_id"] != spec.project_id), None)
+        if foreign is not None:
+            raise exception.InvalidRequest(field="instance_uuids",
+                                           reason=f"already allocated: {foreign}")
         stored = _stored_spec(spec)
         missing = [u for u in uuids if u not in held]
         other = next((u for u in uuids if u in held and held[u]["request_spec"] != stored),
@@ -602,8 +733,8 @@ class FilterScheduler:
         return Selection(
             instance_uuid=uuid, host=alloc["host"], node=alloc["hypervisor_hostname"],
             node_uuid=alloc["node_uuid"], weight=0.0,
-            allocation={"vcpus": alloc["vcpus"], "memory_mb": alloc["memory_mb"],
-                        "disk_mb": alloc["disk_mb"]},
+            allocation=classic_allocation(alloc["allocations"]),
+            resources=dict(alloc["resources"]), allocations=alloc["allocations"],
             numa_cells=json.loads(alloc["numa_cells"]) if alloc["numa_cells"] else None,
             pci_devices=tuple(json.loads(alloc["pci_devices"] or "[]")))
 
@@ -772,14 +903,22 @@ class FilterScheduler:
 
     @staticmethod
     def _fit(spec: RequestSpec, host: HostState) -> tuple[Consumed | None, str | None]:
-        """Where the instance's NUMA cells and PCI devices go on ``host`` (under its lock)."""
+        """Which of ``host``'s providers give the request's resources, and where
+        its NUMA cells and PCI devices go (under the host's lock)."""
+        assignment, reason = assigned(spec.resources, host.tree, host.usage)
+        if reason:
+            return None, f"ResourcesFilter: {reason}"
         if spec.numa_topology is None and not spec.pci_requests:
-            return Consumed(node_id=host.node_id, generation=host.generation), None
+            return Consumed(node_id=host.node_id, assignment=assignment,
+                            generation=host.generation), None
         fit = host.fit(spec)
         if fit.reason:
             return None, fit.reason
-        return Consumed(node_id=host.node_id, numa_fitted=fit.numa_fitted,
-                        pci_picks=fit.pci_picks, generation=host.generation), None
+        if fit.numa_fitted is not None:
+            assignment = pinned_cpus(assignment, host, fit.numa_fitted)
+        return Consumed(node_id=host.node_id, assignment=assignment,
+                        numa_fitted=fit.numa_fitted, pci_picks=fit.pci_picks,
+                        generation=host.generation), None
 
     def _try_consume(self, req: _Request, host: HostState, index: int, instance_uuid: str,
                      refused: collections.Counter) -> Consumed | None:
@@ -858,7 +997,8 @@ class FilterScheduler:
     def _persister(self, req: _Request, instance_uuid: str):
         spec = req.spec
         group = req.group
-        policy = spec.instance_group.policy if spec.instance_group else None
+        policy = spec.instance_group.policy if spec.instance_group and req.enforce_group \
+            else None
         max_per_host = (spec.instance_group.max_server_per_host or 1) \
             if spec.instance_group else 1
         if req.stored_spec is None:
@@ -878,12 +1018,13 @@ class FilterScheduler:
                           for i, key, count in consumed.pci_picks)
             result = claims.claim(self.db, claims.ClaimRecord(
                 instance_uuid=instance_uuid, node_id=host.node_id,
-                seen_generation=host.generation, vcpus=spec.vcpus,
-                memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, numa_topology=numa_after,
+                seen_generation=host.generation,
+                items=claim_items(host, consumed.assignment), numa_topology=numa_after,
                 numa_cells=numa_cells, pci_picks=picks, project_id=spec.project_id,
                 user_id=spec.user_id, instance_group=group, request_spec=stored_spec,
                 request_spec_id=req.spec_row_id, pending=req.pending,
-                group_policy=policy, group_max_per_host=max_per_host, host=host.host))
+                group_policy=policy, group_max_per_host=max_per_host, host=host.host,
+                move_from=req.move_from))
             # The spec is stored by the request's first claim and shared by the
             # others: a 2 MB spec with 20 instances is stored once, not 20 times.
             req.spec_row_id = result.request_spec_id
@@ -895,18 +1036,21 @@ class FilterScheduler:
     def _selections(self, weight: float, chosen: HostState, consumed: Consumed, alternates,
                     spec: RequestSpec, instance_uuid: str, return_alternates: bool
                     ) -> list[Selection]:
-        allocation = {"vcpus": spec.vcpus, "memory_mb": spec.memory_mb,
-                      "disk_mb": spec.disk_mb}
+        held = held_amounts(chosen, consumed.assignment)
         numa_cells = consumed.numa_fitted.to_primitive() if consumed.numa_fitted else None
         out = [Selection(instance_uuid=instance_uuid, host=chosen.host, node=chosen.nodename,
-                         node_uuid=chosen.uuid, weight=weight, allocation=allocation,
-                         numa_cells=numa_cells, pci_devices=consumed.pci_addresses)]
+                         node_uuid=chosen.uuid, weight=weight,
+                         allocation=classic_allocation(held), resources=summed(held),
+                         allocations=held, numa_cells=numa_cells,
+                         pci_devices=consumed.pci_addresses)]
         if return_alternates:
             limit = self.conf.scheduler.max_attempts - 1
+            asked = spec.resources.amounts()
             for w, h in alternates[:limit]:
                 out.append(Selection(instance_uuid=instance_uuid, host=h.host,
                                      node=h.nodename, node_uuid=h.uuid, weight=w,
-                                     allocation=allocation, alternate=True))
+                                     allocation=classic_allocation({"": asked}),
+                                     resources=dict(asked), alternate=True))
         return out
 
     def _undo(self, claimed: list[str], pending: bool) -> None:

@@ -8,17 +8,26 @@ added or removed, or when the class codes need compacting (``recoded``).
 A request cycle keeps the columns object it started with: its rows always
 name the same hosts, whatever the cache does meanwhile.
 
-Columns, named for the HostState value they hold: ``memory_used``,
-``memory_limit`` ((total - reserved) * ratio), ``memory_usable`` (total -
-reserved), ``vcpus``, ``vcpus_used``, ``vcpus_limit``, ``vcpus_usable``,
-``disk_used``, ``disk_limit``, ``disk_usable`` (local_gb * 1024 - reserved),
-``disk_total`` (local_gb * 1024), ``free_ram``, ``free_disk``, ``heartbeat``
+The ledger: per resource class present in the fleet, a
+:class:`ResourceColumns` (``resources(rc)``) with the inventory fields and the
+usage of every provider of a node's tree that has the class, one column per
+provider (the root's first: column 0 is the root provider's inventory, absent
+where the root has none). ``trait_rows(name)``: where the root provider has a
+trait (built on first use, then kept up to date); ``nested``: nodes with child
+providers. The classic columns are views of the root's VCPU, MEMORY_MB and
+DISK_GB (disk in MB): ``memory_used``, ``memory_limit`` ((total - reserved) *
+ratio), ``memory_usable`` (total - reserved), ``vcpus``, ``vcpus_used``,
+``vcpus_limit``, ``vcpus_usable``, ``disk_used``, ``disk_limit``,
+``disk_usable``, ``disk_total``, ``free_ram``, ``free_disk`` and the three
+allocation ratios ``cpu_ratio``, ``ram_ratio``, ``disk_ratio``.
+
+Other columns, named for the HostState value they hold: ``heartbeat``
 (epoch seconds, +inf for a host that never sent one), ``num_io_ops``,
 ``num_instances``, ``failed_builds``, ``hypervisor_version``, ``pci_free``,
-the three allocation ratios, ``disabled``, ``has_numa``, ``has_aggregates``,
-and a summary of the NUMA cells (the best cell of the host for each; 0 without
-NUMA): ``numa_cells``, ``numa_free_pcpus`` (unpinned dedicated CPUs; also
-``numa_free_pcpus_total`` over all cells), ``numa_free_cores`` (cores with no
+``disabled``, ``has_numa``, ``has_aggregates``, ``nested`` (the node has child
+providers), and a summary of the NUMA cells (the best cell of the host for each;
+0 without NUMA): ``numa_cells``, ``numa_free_pcpus`` (unpinned dedicated CPUs;
+also ``numa_free_pcpus_total`` over all cells), ``numa_free_cores`` (cores with no
 thread pinned), ``numa_free_pair_cpus`` (CPUs of such cores with siblings),
 ``numa_shared_room`` (shared CPUs a guest may still take: capacity, or capacity
 × CPU ratio − usage, whichever is less), ``numa_free_kb_2m`` /
@@ -44,19 +53,18 @@ from typing import Any
 
 import numpy as np
 
+from db import inventory
+from db.inventory import DISK_GB, MEMORY_MB, VCPU
 from scheduler.host_classes import HostClasses
 
 _EPOCH = datetime.datetime(1970, 1, 1)
 
-FLOAT_FIELDS = ("memory_used", "memory_limit", "memory_usable", "vcpus", "vcpus_used",
-                "vcpus_limit", "vcpus_usable", "disk_used", "disk_limit", "disk_usable",
-                "disk_total", "free_ram", "free_disk", "heartbeat", "num_io_ops",
-                "num_instances", "failed_builds", "hypervisor_version", "pci_free",
-                "cpu_ratio", "ram_ratio", "disk_ratio", "numa_cells", "numa_free_pcpus",
+FLOAT_FIELDS = ("heartbeat", "num_io_ops", "num_instances", "failed_builds",
+                "hypervisor_version", "pci_free", "numa_cells", "numa_free_pcpus",
                 "numa_free_pcpus_total", "numa_free_cores", "numa_free_pair_cpus",
                 "numa_shared_room", "numa_free_kb_2m", "numa_free_kb_1g",
                 "numa_free_kb_large")
-BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates")
+BOOL_FIELDS = ("disabled", "has_numa", "has_aggregates", "nested")
 CELL_FIELDS = ("cell_free_pcpus", "cell_free_cores", "cell_free_pair_cpus", "cell_shared_room",
                "cell_memory_mb", "cell_memory_usage", "cell_small_kb", "cell_small_free_kb",
                "cell_small_total_kb", "cell_free_2m_pages", "cell_free_1g_pages")
@@ -69,15 +77,10 @@ def _row_values(hs) -> tuple:
     free_pci = 0
     for pool in hs.pci_pools:
         free_pci += pool.count
-    return (hs.memory_mb_used, hs.memory_mb_limit, hs.memory_mb - hs.reserved_host_memory_mb,
-            hs.vcpus, hs.vcpus_used, hs.vcpus_limit, hs.vcpus - hs.reserved_host_cpus,
-            hs.disk_mb_used, hs.disk_mb_limit, hs.local_gb * 1024 - hs.reserved_host_disk_mb,
-            hs.local_gb * 1024, hs.free_ram_mb, hs.free_disk_mb,
-            np.inf if hb is None else seconds(hb), hs.num_io_ops, hs.num_instances,
+    return (np.inf if hb is None else seconds(hb), hs.num_io_ops, hs.num_instances,
             hs.failed_builds, hs.hypervisor_version or 0, free_pci,
-            hs.cpu_allocation_ratio, hs.ram_allocation_ratio, hs.disk_allocation_ratio,
             *_numa_summary(hs.numa_topology, hs.cpu_allocation_ratio),
-            hs.disabled, hs.numa_topology is not None, bool(hs.aggregates))
+            hs.disabled, hs.numa_topology is not None, bool(hs.aggregates), hs.tree.nested)
 
 
 _NO_NUMA = (0,) * 9
@@ -142,6 +145,70 @@ def _numa_summary(topology, cpu_ratio: float) -> tuple:
     return (len(topology.cells), pcpus, total, cores, pairs, room, kb_2m, kb_1g, kb_large)
 
 
+# The fields of ResourceColumns, in the order of their stacked array; an absent
+# provider slot holds these values, which no amount >= 1 passes.
+RESOURCE_FIELDS = ("total", "reserved", "allocation_ratio", "used", "min_unit", "max_unit",
+                   "step_size")
+_ABSENT = (0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0)
+
+
+class ResourceColumns:
+    """One resource class over every row: per field an (n, k) array, column j
+    the j-th provider of the node's tree that has the class (column 0 the root
+    provider; absent slots pass nothing). Read through ``db.inventory``'s
+    rule, so the vector check is the rule itself."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data                    # (len(RESOURCE_FIELDS), n, k)
+
+    @classmethod
+    def absent(cls, n: int, k: int = 1) -> ResourceColumns:
+        data = np.empty((len(RESOURCE_FIELDS), n, k), dtype=np.float64)
+        for f, value in enumerate(_ABSENT):
+            data[f] = value
+        return cls(data)
+
+    @property
+    def k(self) -> int:
+        return self.data.shape[2]
+
+    total = property(lambda self: self.data[0])
+    reserved = property(lambda self: self.data[1])
+    allocation_ratio = property(lambda self: self.data[2])
+    used = property(lambda self: self.data[3])
+    min_unit = property(lambda self: self.data[4])
+    max_unit = property(lambda self: self.data[5])
+    step_size = property(lambda self: self.data[6])
+
+    @property
+    def present(self) -> np.ndarray:
+        """(n, k): the slots holding an inventory."""
+        return self.max_unit > 0
+
+    def admits(self, amount: int, ratio: np.ndarray | None = None) -> np.ndarray:
+        """(n, k): where one provider's inventory takes ``amount`` more
+        (``ratio``: an (n,) or (n, 1) allocation ratio to use instead)."""
+        if ratio is None:
+            return inventory.admits(self.used, amount, self)
+        return inventory.unit_ok(amount, self.min_unit, self.max_unit, self.step_size) & \
+            inventory.fits(self.used, amount, self.total, self.reserved, ratio)
+
+    def root(self, field: str) -> np.ndarray:
+        """The root provider's ``field`` per row."""
+        return self.data[RESOURCE_FIELDS.index(field), :, 0]
+
+    def copy(self) -> ResourceColumns:
+        return ResourceColumns(self.data.copy())
+
+    def grown(self, k: int) -> ResourceColumns:
+        """The same columns with room for ``k`` providers per row."""
+        out = ResourceColumns.absent(self.data.shape[1], k)
+        out.data[:, :, :self.k] = self.data
+        return out
+
+
 class HostColumns:
     """Per-host numeric columns over a fixed list of HostStates."""
 
@@ -173,6 +240,10 @@ class HostColumns:
         self._agg_rows: dict[int, tuple[Any, list[int]]] | None = None
         #: class name -> (codes per row, key per row).
         self._classes: dict[str, tuple[np.ndarray, list]] = {}
+        #: resource class -> its columns (every class some row's tree has).
+        self._res: dict[str, ResourceColumns] = {}
+        #: trait -> rows whose root provider has it (traits asked so far).
+        self._traits: dict[str, np.ndarray] = {}
         for i, hs in enumerate(self.hosts):
             self.index_by_host.setdefault(hs.host, []).append(i)
             self.row_of_node[hs.node_id] = i
@@ -207,6 +278,9 @@ class HostColumns:
             if hs.numa_topology is not None:
                 self.cell_columns = max(self.cell_columns,
                                         min(len(hs.numa_topology.cells), MAX_CELLS))
+            self._write_resources(i, hs)
+            for trait, rows_with in self._traits.items():
+                rows_with[i] = trait in hs.tree.root.traits
             aggs = hs.aggregates
             if self._agg_source[i] is not aggs:
                 # Only when the aggregates changed, not on every consume.
@@ -222,7 +296,79 @@ class HostColumns:
             # version reads a row written whole (with its class codes).
             versions[i] = version
 
+    def _write_resources(self, i: int, hs) -> None:
+        """Row ``i`` of every resource class from ``hs``'s tree and usage."""
+        tree, usage = hs.tree, hs.usage
+        by_class = tree.by_class
+        for rc, slots in by_class.items():
+            # column 0 is the root's, even where the root has none of the class
+            needed = len(slots) + (tree.slots[slots[0]][0] != 0)
+            res = self._res.get(rc)
+            if res is None:
+                self._res[rc] = ResourceColumns.absent(self.n, needed)
+            elif res.k < needed:
+                self._res[rc] = res.grown(needed)
+        for rc, res in self._res.items():
+            data = res.data
+            data[:, i, :] = np.asarray(_ABSENT)[:, None]
+            slots = by_class.get(rc)
+            if not slots:
+                continue
+            # the root's inventory in column 0, the children's after it
+            j = 0 if tree.slots[slots[0]][0] == 0 else 1
+            for slot in slots:
+                inv = tree.slot_inventory(slot)
+                data[:, i, j] = (inv.total, inv.reserved, inv.allocation_ratio,
+                                 usage[slot] if slot < len(usage) else 0, inv.min_unit,
+                                 inv.max_unit, inv.step_size)
+                j += 1
+
     # -- reading ----------------------------------------------------------------
+    def resources(self, rc: str) -> ResourceColumns:
+        """The columns of resource class ``rc`` (all absent when no row has it)."""
+        res = self._res.get(rc)
+        return ResourceColumns.absent(self.n) if res is None else res
+
+    def resource_classes(self) -> list[str]:
+        return list(self._res)
+
+    def trait_rows(self, trait: str) -> np.ndarray:
+        """Rows whose root provider has ``trait`` (built on first use, then kept
+        up to date)."""
+        rows = self._traits.get(trait)
+        if rows is None:
+            rows = np.fromiter((trait in hs.tree.root.traits for hs in self.hosts),
+                               dtype=bool, count=self.n)
+            self._traits[trait] = rows
+        return rows
+
+    # The classic columns: views of the root provider's VCPU, MEMORY_MB, DISK_GB.
+    def _root_limit(self, rc: str) -> np.ndarray:
+        res = self.resources(rc)
+        return inventory.usable(res.root("total"), res.root("reserved"),
+                                res.root("allocation_ratio"))
+
+    def _root_usable(self, rc: str) -> np.ndarray:
+        res = self.resources(rc)
+        return res.root("total") - res.root("reserved")
+
+    vcpus = property(lambda self: self.resources(VCPU).root("total"))
+    vcpus_used = property(lambda self: self.resources(VCPU).root("used"))
+    vcpus_limit = property(lambda self: self._root_limit(VCPU))
+    vcpus_usable = property(lambda self: self._root_usable(VCPU))
+    cpu_ratio = property(lambda self: self.resources(VCPU).root("allocation_ratio"))
+    memory_used = property(lambda self: self.resources(MEMORY_MB).root("used"))
+    memory_limit = property(lambda self: self._root_limit(MEMORY_MB))
+    memory_usable = property(lambda self: self._root_usable(MEMORY_MB))
+    ram_ratio = property(lambda self: self.resources(MEMORY_MB).root("allocation_ratio"))
+    free_ram = property(lambda self: self._root_usable(MEMORY_MB) - self.memory_used)
+    disk_used = property(lambda self: self.resources(DISK_GB).root("used") * 1024)
+    disk_limit = property(lambda self: self._root_limit(DISK_GB) * 1024)
+    disk_usable = property(lambda self: self._root_usable(DISK_GB) * 1024)
+    disk_total = property(lambda self: self.resources(DISK_GB).root("total") * 1024)
+    disk_ratio = property(lambda self: self.resources(DISK_GB).root("allocation_ratio"))
+    free_disk = property(lambda self: self.disk_usable - self.disk_used)
+
     def class_codes(self, name: str) -> np.ndarray:
         """The class code of every row for the registered class ``name`` (built on
         first use, then kept up to date by ``update``)."""
@@ -301,6 +447,8 @@ class HostColumns:
         other._agg_source = list(self._agg_source)
         other._agg_rows = None
         other._classes = {k: (c.copy(), list(keys)) for k, (c, keys) in self._classes.items()}
+        other._res = {rc: res.copy() for rc, res in self._res.items()}
+        other._traits = {t: rows.copy() for t, rows in self._traits.items()}
         return other
 
     def needs_recode(self) -> bool:

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from db import host_states as queries
 from db.api import Database, close_quietly
 from db.models import utcnow
-from scheduler import metrics
+from scheduler import metrics, provider_tree
 from scheduler.host_classes import HostClasses
 from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, Consumed, HostState
@@ -293,12 +293,14 @@ class HostManager:
         with self._reader() as conn:
             started = utcnow()
             rows = queries.load_nodes(conn)
+            trees = queries.load_providers(conn)
             self._hosts.clear()
             self._instance_node.clear()
             self._groups.clear()
             for row in rows:
                 hs = HostState(row["id"], row["host"], row["hypervisor_hostname"])
                 hs.update_from_row(row)
+                hs.set_providers(*provider_tree.from_records(trees.get(hs.node_id)))
                 self._hosts[hs.node_id] = hs
             self._load_instances(conn, None)
             if self.load_pci_pools:
@@ -365,6 +367,7 @@ class HostManager:
             return
         ids = [row["id"] for _, row in todo]
         metrics.count_nodes_reloaded(len(ids))
+        trees = queries.load_providers(conn, ids)
         by_node = queries.instances_by_node(conn, ids)
         images = queries.instance_images_by_node(conn, ids) if self.load_instance_images \
             else None
@@ -388,6 +391,7 @@ class HostManager:
                 if not force and row["generation"] <= hs.generation:
                     continue
                 hs.update_from_row(row)
+                hs.set_providers(*provider_tree.from_records(trees.get(hs.node_id)))
                 if hs.last_heartbeat is None:
                     hs.last_heartbeat = beats.get(hs.host)
                 if pools is not None:

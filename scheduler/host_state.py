@@ -26,7 +26,9 @@ from typing import Any
 from oslo_concurrency import lockutils
 from oslo_config import cfg
 
+from db.inventory import DISK_GB, MEMORY_MB, VCPU, Inventory
 from db.models import utcnow
+from scheduler.provider_tree import EMPTY_TREE, Assignment, ProviderTree
 
 numa_opts = [
     cfg.StrOpt("isolate_on_smt_hosts",
@@ -85,6 +87,7 @@ class Consumed:
     """What one successful consume took from a host (returned to the caller)."""
 
     node_id: int
+    assignment: Assignment | None = None  # which provider gives what
     numa_fitted: Any = None          # numa.topology.FittedTopology | None
     pci_picks: tuple = ()            # ((request_index, PoolKey, count), ...)
     pci_addresses: tuple[str, ...] = ()
@@ -127,10 +130,8 @@ class HostState:
 
     __slots__ = (
         "node_id", "uuid", "host", "nodename",
-        "vcpus", "memory_mb", "local_gb", "vcpus_used", "memory_mb_used", "disk_mb_used",
+        "tree", "usage", "providers",
         "num_instances", "num_io_ops", "failed_builds",
-        "cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio",
-        "reserved_host_memory_mb", "reserved_host_disk_mb", "reserved_host_cpus",
         "hypervisor_type", "hypervisor_version", "host_ip", "cpu_info",
         "supported_instances", "stats", "metrics", "disabled", "disabled_reason",
         "last_heartbeat", "numa_topology", "pci_pools", "aggregates",
@@ -144,13 +145,14 @@ class HostState:
         self.host = host
         self.nodename = nodename
         self.uuid = uuid
-        self.vcpus = self.memory_mb = self.local_gb = 0
-        self.vcpus_used = self.memory_mb_used = self.disk_mb_used = 0
+        #: The node's providers (root first): their shape, shared by nodes built
+        #: alike (``scheduler.provider_tree``) ...
+        self.tree: ProviderTree = EMPTY_TREE
+        #: ... what the allocations hold of each of the tree's slots ...
+        self.usage: tuple[int, ...] = ()
+        #: ... and each provider's (id, uuid, name), in the tree's order.
+        self.providers: tuple[tuple[int, str, str], ...] = ((0, uuid, nodename),)
         self.num_instances = self.num_io_ops = self.failed_builds = 0
-        self.cpu_allocation_ratio = self.ram_allocation_ratio = 1.0
-        self.disk_allocation_ratio = 1.0
-        self.reserved_host_memory_mb = self.reserved_host_disk_mb = 0
-        self.reserved_host_cpus = 0
         self.hypervisor_type: str | None = None
         self.hypervisor_version: int | None = None
         self.host_ip: str | None = None
@@ -197,21 +199,9 @@ class HostState:
         self.uuid = row["uuid"]
         self.host = row["host"]
         self.nodename = row["hypervisor_hostname"]
-        self.vcpus = row["vcpus"]
-        self.memory_mb = row["memory_mb"]
-        self.local_gb = row["local_gb"]
-        self.vcpus_used = row["vcpus_used"]
-        self.memory_mb_used = row["memory_mb_used"]
-        self.disk_mb_used = row["disk_mb_used"]
         self.num_instances = row["running_vms"]
         self.num_io_ops = row["current_workload"]
         self.failed_builds = row["failed_builds"]
-        self.cpu_allocation_ratio = row["cpu_allocation_ratio"]
-        self.ram_allocation_ratio = row["ram_allocation_ratio"]
-        self.disk_allocation_ratio = row["disk_allocation_ratio"]
-        self.reserved_host_memory_mb = row["reserved_host_memory_mb"]
-        self.reserved_host_disk_mb = row["reserved_host_disk_mb"]
-        self.reserved_host_cpus = row["reserved_host_cpus"]
         self.hypervisor_type = row["hypervisor_type"]
         self.hypervisor_version = row["hypervisor_version"]
         self.host_ip = row["host_ip"]
@@ -225,6 +215,13 @@ class HostState:
         self.generation = row["generation"]
         self.updated = row["updated_at"]
 
+    def set_providers(self, tree: ProviderTree, usage: tuple[int, ...],
+                      providers: tuple[tuple[int, str, str], ...]) -> None:
+        """Take the node's providers as the ledger holds them."""
+        self.tree = tree
+        self.usage = usage
+        self.providers = providers
+
     def set_aggregates(self, aggregates: tuple[AggregateInfo, ...],
                        default_az: str | None) -> None:
         self.aggregates = aggregates
@@ -235,18 +232,64 @@ class HostState:
                 break
         self.availability_zone = az or default_az
 
-    # -- capacity -----------------------------------------------------------
+    # -- the ledger (the root provider's inventories) -------------------------
+    @property
+    def traits(self) -> frozenset[str]:
+        """The root provider's traits."""
+        return self.tree.root.traits
+
+    def inventory(self, rc: str) -> Inventory | None:
+        """The root provider's inventory of ``rc`` (None: it has none)."""
+        return self.tree.root_inventory(rc)
+
+    def used(self, rc: str) -> int:
+        """What the allocations hold of the root provider's ``rc``."""
+        slot = self.tree.slot_of.get((0, rc))
+        return 0 if slot is None else self.usage[slot]
+
+    def _total(self, rc: str) -> int:
+        inv = self.tree.root_inventory(rc)
+        return 0 if inv is None else inv.total
+
+    def _reserved(self, rc: str) -> int:
+        inv = self.tree.root_inventory(rc)
+        return 0 if inv is None else inv.reserved
+
+    def _ratio(self, rc: str) -> float:
+        inv = self.tree.root_inventory(rc)
+        return 1.0 if inv is None else inv.allocation_ratio
+
+    def _limit(self, rc: str) -> float:
+        inv = self.tree.root_inventory(rc)
+        return 0.0 if inv is None else inv.capacity
+
+    # The classic counters, as views of the root's VCPU, MEMORY_MB and DISK_GB
+    # (disk in MB, as filters, weighers and JsonFilter queries read it).
+    vcpus = property(lambda self: self._total(VCPU))
+    vcpus_used = property(lambda self: self.used(VCPU))
+    reserved_host_cpus = property(lambda self: self._reserved(VCPU))
+    cpu_allocation_ratio = property(lambda self: self._ratio(VCPU))
+    memory_mb = property(lambda self: self._total(MEMORY_MB))
+    memory_mb_used = property(lambda self: self.used(MEMORY_MB))
+    reserved_host_memory_mb = property(lambda self: self._reserved(MEMORY_MB))
+    ram_allocation_ratio = property(lambda self: self._ratio(MEMORY_MB))
+    local_gb = property(lambda self: self._total(DISK_GB))
+    local_gb_used = property(lambda self: self.used(DISK_GB))
+    disk_mb_used = property(lambda self: self.used(DISK_GB) * 1024)
+    reserved_host_disk_mb = property(lambda self: self._reserved(DISK_GB) * 1024)
+    disk_allocation_ratio = property(lambda self: self._ratio(DISK_GB))
+
     @property
     def vcpus_limit(self) -> float:
-        return (self.vcpus - self.reserved_host_cpus) * self.cpu_allocation_ratio
+        return self._limit(VCPU)
 
     @property
     def memory_mb_limit(self) -> float:
-        return (self.memory_mb - self.reserved_host_memory_mb) * self.ram_allocation_ratio
+        return self._limit(MEMORY_MB)
 
     @property
     def disk_mb_limit(self) -> float:
-        return (self.local_gb * 1024 - self.reserved_host_disk_mb) * self.disk_allocation_ratio
+        return self._limit(DISK_GB) * 1024
 
     @property
     def free_ram_mb(self) -> int:
@@ -256,7 +299,7 @@ class HostState:
 
     @property
     def free_disk_mb(self) -> int:
-        return self.local_gb * 1024 - self.reserved_host_disk_mb - self.disk_mb_used
+        return (self.local_gb - self._reserved(DISK_GB) - self.local_gb_used) * 1024
 
     @property
     def free_vcpus(self) -> int:
@@ -319,9 +362,8 @@ class HostState:
     # -- changes (by the HostManager, under this host's lock) -----------------
     def apply(self, spec, consumed: Consumed) -> None:
         """Subtract a persisted claim; stamps ``updated`` only now, on success."""
-        self.memory_mb_used += spec.memory_mb
-        self.disk_mb_used += spec.disk_mb
-        self.vcpus_used += spec.vcpus
+        if consumed.assignment is not None:
+            self.usage = consumed.assignment.add_to(self.usage)
         self.num_instances += 1
         self.num_io_ops += 1
         if consumed.numa_fitted is not None:
@@ -349,9 +391,14 @@ class HostState:
         before); False otherwise (nothing changed; re-read the host)."""
         if self.generation != released.generation - 1:
             return False
-        self.memory_mb_used -= released.memory_mb
-        self.disk_mb_used -= released.disk_mb
-        self.vcpus_used -= released.vcpus
+        usage = list(self.usage)
+        index = {pid: i for i, (pid, _uuid, _name) in enumerate(self.providers)}
+        for provider_id, rc, amount in released.amounts:
+            slot = self.tree.slot_of.get((index.get(provider_id, -1), rc))
+            if slot is None:
+                return False        # the cached tree is not the one released from
+            usage[slot] = max(0, usage[slot] - amount)
+        self.usage = tuple(usage)
         self.num_instances -= 1
         self.num_io_ops = max(0, self.num_io_ops - 1)
         if released.numa_topology is not None:

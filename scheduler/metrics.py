@@ -81,6 +81,10 @@ CLAIM_RETRIES = Counter("berth_claim_retries", "Claims tried again: conflict (th
                         "again with fresh group members).", ["reason"])
 CLAIMS_REAPED = Counter("berth_claims_reaped", "Pending claims released by the claim "
                         "reaper: not confirmed within [scheduler] claim_ttl.")
+MOVES = Counter("berth_moves", "Moves made, by kind (resize, migrate, live-migrate, "
+                "evacuate, rebuild, unshelve).", ["kind"])
+MOVES_REVERTED = Counter("berth_moves_reverted", "Moves the claim reaper reverted: neither "
+                         "confirmed nor reverted within [scheduler] move_ttl.")
 PENDING_CLAIMS = Gauge("berth_claims_pending", "Claims not confirmed yet, as the "
                        "deployment's claim reaper last counted them (other workers "
                        "report 0).", multiprocess_mode="livemax")
@@ -265,6 +269,14 @@ def count_claim_retry(reason: str) -> None:
 
 def count_claim_reaped() -> None:
     CLAIMS_REAPED.inc()
+
+
+def count_move(kind: str) -> None:
+    _child(MOVES, kind).inc()
+
+
+def count_move_reverted() -> None:
+    MOVES_REVERTED.inc()
 
 
 def set_pending_claims(n: int) -> None:

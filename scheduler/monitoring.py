@@ -241,8 +241,17 @@ class WorkerReporter:
             "cache": "ok" if loaded else "not loaded",
             "database": check_database(service.db, self._head) if service.db is not None
             else "not connected",
-            "broker": check_broker(self._broker),
+            "broker": self._broker_check(),
         }
+
+    def _broker_check(self) -> str:
+        """The broker accepts connections, and (once the worker serves) every route
+        it serves carries messages to a consumer (``scheduler.broker.RouteCheck``)."""
+        reachable = check_broker(self._broker)
+        routes = getattr(self.service, "routes", None)
+        if reachable != "ok" or routes is None:
+            return reachable
+        return routes.status
 
     def check_once(self) -> None:
         from scheduler import metrics

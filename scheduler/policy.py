@@ -76,6 +76,12 @@ RULES = _BASE + [
     _rule("show_host", "rule:admin_or_service", "Show one host."),
     _rule("heartbeat", "rule:admin_or_service", "Say a host is up (berth-agent)."),
     _rule("capacity", "rule:admin_or_service", "Count how many more instances fit."),
+    _rule("move_instance", "rule:admin_or_owner", "Move an instance: resize, migrate, "
+                                                  "live-migrate, evacuate, rebuild or "
+                                                  "unshelve it."),
+    _rule("confirm_move", "rule:admin_or_owner", "Confirm a move (its source is released)."),
+    _rule("revert_move", "rule:admin_or_owner", "Revert a move (its destination is "
+                                                "released)."),
 ]
 
 

@@ -1,4 +1,6 @@
-"""The claim reaper: releases pending claims nobody confirmed in time.
+"""The claim reaper: releases pending claims nobody confirmed in time, and ends
+the moves nobody ended (``scheduler.moves``: reverted after ``move_ttl``;
+an evacuation's source released once its host is heard from again).
 
 A claim made for a caller that confirms (``select_destinations(pending=True)``,
 what the client library does by default) stays *pending* until ``confirm``.
@@ -95,7 +97,15 @@ class ClaimReaper:
                 released += 1
                 metrics.count_claim_reaped()
         metrics.set_pending_claims(claims.pending_count(self.db))
-        return released
+        return released + self._moves().reap(now)
+
+    def _moves(self):
+        from scheduler.moves import Mover
+
+        mover = getattr(self, "_mover", None)
+        if mover is None:
+            mover = self._mover = Mover(self.scheduler)
+        return mover
 
     def start(self) -> None:
         if self.ttl <= 0:

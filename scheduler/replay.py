@@ -186,14 +186,10 @@ def host_rows(host_states) -> list[dict]:
     for hs in host_states:
         rows.append({
             "zone": hs.availability_zone or "(none)", "instances": hs.num_instances,
-            "capacity": {
-                "vcpus": (hs.vcpus - hs.reserved_host_cpus) * hs.cpu_allocation_ratio,
-                "memory_mb": (hs.memory_mb - hs.reserved_host_memory_mb)
-                * hs.ram_allocation_ratio,
-                "local_gb": (hs.local_gb * 1024 - hs.reserved_host_disk_mb)
-                * hs.disk_allocation_ratio / 1024},
+            "capacity": {"vcpus": hs.vcpus_limit, "memory_mb": hs.memory_mb_limit,
+                         "local_gb": hs.disk_mb_limit / 1024},
             "used": {"vcpus": hs.vcpus_used, "memory_mb": hs.memory_mb_used,
-                     "local_gb": hs.disk_mb_used / 1024}})
+                     "local_gb": hs.local_gb_used}})
     return rows
 
 

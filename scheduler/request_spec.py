@@ -8,16 +8,26 @@ naming the field; nothing else in the scheduler re-validates. Derived values
 from __future__ import annotations
 
 import dataclasses
-import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
+from scheduler import resource_request
 from scheduler.exception import InvalidRequest
+from scheduler.validation import (
+    MAX_LIST,
+    integer,
+    known_keys,
+    mapping,
+    optional,
+    sequence,
+    strings,
+    text,
+    text_mapping,
+    uuids,
+)
 
 GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 MAX_INSTANCES = 1000
-MAX_LIST = 1000
-MAX_STR = 255
 #: PCI requests in one spec: ``pci_passthrough:alias`` items plus ``pci_requests``.
 MAX_PCI_REQUESTS = 64
 #: Devices asked for by one instance, over all its PCI requests.
@@ -26,84 +36,12 @@ MAX_PCI_DEVICES = 1024
 _TOP_LEVEL = frozenset({
     "num_instances", "instance_uuids", "project_id", "user_id", "flavor", "image",
     "availability_zone", "scheduler_hints", "instance_group", "pci_requests",
-    "force_hosts", "force_nodes", "ignore_hosts",
+    "force_hosts", "force_nodes", "ignore_hosts", "member_of",
 })
 _FLAVOR_KEYS = frozenset({"name", "vcpus", "memory_mb", "root_gb", "ephemeral_gb", "swap",
                           "extra_specs", "id", "flavorid"})
 _IMAGE_KEYS = frozenset({"id", "name", "properties"})
 _GROUP_KEYS = frozenset({"uuid", "name", "policy", "rules", "members", "hosts"})
-
-
-def _int(value: Any, field: str, minimum: int = 0, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(field=field, reason=f"expected an integer, got {value!r}")
-    if value < minimum:
-        raise InvalidRequest(field=field, reason=f"must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise InvalidRequest(field=field, reason=f"must be <= {maximum}, got {value}")
-    return value
-
-
-def _str(value: Any, field: str, maxlen: int = MAX_STR) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequest(field=field, reason=f"expected a string, got {value!r}")
-    if len(value) > maxlen:
-        raise InvalidRequest(field=field, reason=f"longer than {maxlen} characters")
-    return value
-
-
-def _opt_str(value: Any, field: str) -> str | None:
-    return None if value is None else _str(value, field)
-
-
-def _str_list(value: Any, field: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple):
-        raise InvalidRequest(field=field, reason=f"expected a list of strings, got {value!r}")
-    if len(value) > MAX_LIST:
-        raise InvalidRequest(field=field, reason=f"more than {MAX_LIST} entries")
-    return tuple(_str(v, f"{field}[{i}]") for i, v in enumerate(value))
-
-
-def _mapping(value: Any, field: str) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidRequest(field=field, reason=f"expected an object, got {value!r}")
-    if len(value) > MAX_LIST:
-        raise InvalidRequest(field=field, reason=f"more than {MAX_LIST} keys")
-    return value
-
-
-def _str_mapping(value: Any, field: str) -> dict[str, str]:
-    out = {}
-    for k, v in _mapping(value, field).items():
-        _str(k, field)
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif isinstance(v, int | float):
-            v = str(v)
-        out[k] = _str(v, f"{field}.{k}", maxlen=4096)
-    return out
-
-
-def _unknown(data: Mapping, allowed: frozenset, field: str) -> None:
-    extra = sorted((k for k in data if k not in allowed), key=repr)
-    if extra:
-        # An empty or non-text key is named by its repr, so the field never reads ''.
-        key = extra[0] if isinstance(extra[0], str) and extra[0] else repr(extra[0])
-        raise InvalidRequest(field=f"{field}.{key}" if field else key, reason="unknown key")
-
-
-def _uuid(value: Any, field: str) -> str:
-    text = _str(value, field)
-    try:
-        return str(uuidlib.UUID(text))
-    except ValueError:
-        raise InvalidRequest(field=field, reason=f"not a UUID: {text!r}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,20 +56,18 @@ class Flavor:
 
     @classmethod
     def from_primitive(cls, data: Any) -> Flavor:
-        if not isinstance(data, dict):
-            raise InvalidRequest(field="flavor", reason="expected an object")
-        _unknown(data, _FLAVOR_KEYS, "flavor")
+        known_keys(mapping(data, "flavor"), _FLAVOR_KEYS, "flavor")
         for key in ("vcpus", "memory_mb", "root_gb"):
             if key not in data:
                 raise InvalidRequest(field=f"flavor.{key}", reason="required")
         return cls(
-            vcpus=_int(data["vcpus"], "flavor.vcpus", 1, 4096),
-            memory_mb=_int(data["memory_mb"], "flavor.memory_mb", 1, 1 << 40),
-            root_gb=_int(data["root_gb"], "flavor.root_gb", 0, 1 << 30),
-            ephemeral_gb=_int(data.get("ephemeral_gb", 0), "flavor.ephemeral_gb", 0, 1 << 30),
-            swap=_int(data.get("swap", 0) or 0, "flavor.swap", 0, 1 << 30),
-            name=_opt_str(data.get("name"), "flavor.name"),
-            extra_specs=_str_mapping(data.get("extra_specs"), "flavor.extra_specs"),
+            vcpus=integer(data["vcpus"], "flavor.vcpus", 1, 4096),
+            memory_mb=integer(data["memory_mb"], "flavor.memory_mb", 1, 1 << 40),
+            root_gb=integer(data["root_gb"], "flavor.root_gb", 0, 1 << 30),
+            ephemeral_gb=integer(data.get("ephemeral_gb", 0), "flavor.ephemeral_gb", 0, 1 << 30),
+            swap=integer(data.get("swap", 0) or 0, "flavor.swap", 0, 1 << 30),
+            name=optional(text, data.get("name"), "flavor.name"),
+            extra_specs=text_mapping(data.get("extra_specs"), "flavor.extra_specs"),
         )
 
     def to_primitive(self) -> dict:
@@ -149,11 +85,9 @@ class Image:
     def from_primitive(cls, data: Any) -> Image:
         if data is None:
             return cls()
-        if not isinstance(data, dict):
-            raise InvalidRequest(field="image", reason="expected an object")
-        _unknown(data, _IMAGE_KEYS, "image")
-        return cls(id=_opt_str(data.get("id"), "image.id"),
-                   properties=_str_mapping(data.get("properties"), "image.properties"))
+        known_keys(mapping(data, "image"), _IMAGE_KEYS, "image")
+        return cls(id=optional(text, data.get("id"), "image.id"),
+                   properties=text_mapping(data.get("properties"), "image.properties"))
 
     def to_primitive(self) -> dict:
         return {"id": self.id, "properties": dict(self.properties)}
@@ -170,9 +104,7 @@ class InstanceGroup:
     def from_primitive(cls, data: Any) -> InstanceGroup | None:
         if data is None:
             return None
-        if not isinstance(data, dict):
-            raise InvalidRequest(field="instance_group", reason="expected an object")
-        _unknown(data, _GROUP_KEYS, "instance_group")
+        known_keys(mapping(data, "instance_group"), _GROUP_KEYS, "instance_group")
         if "uuid" not in data:
             raise InvalidRequest(field="instance_group.uuid", reason="required")
         policy = data.get("policy")
@@ -180,8 +112,8 @@ class InstanceGroup:
             raise InvalidRequest(field="instance_group.policy",
                                  reason=f"must be one of {', '.join(GROUP_POLICIES)}, "
                                         f"got {policy!r}")
-        rules = _mapping(data.get("rules"), "instance_group.rules")
-        _unknown(rules, frozenset({"max_server_per_host"}), "instance_group.rules")
+        rules = optional(mapping, data.get("rules"), "instance_group.rules", MAX_LIST) or {}
+        known_keys(rules, frozenset({"max_server_per_host"}), "instance_group.rules")
         max_per_host = None
         if "max_server_per_host" in rules:
             if policy != "anti-affinity":
@@ -190,10 +122,11 @@ class InstanceGroup:
             raw = rules["max_server_per_host"]
             if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) < 19:
                 raw = int(raw)
-            max_per_host = _int(raw, "instance_group.rules.max_server_per_host", 1, MAX_INSTANCES)
-        return cls(uuid=_str(data["uuid"], "instance_group.uuid", 36), policy=policy,
+            max_per_host = integer(raw, "instance_group.rules.max_server_per_host", 1,
+                                   MAX_INSTANCES)
+        return cls(uuid=text(data["uuid"], "instance_group.uuid", 36), policy=policy,
                    max_server_per_host=max_per_host,
-                   name=_opt_str(data.get("name"), "instance_group.name"))
+                   name=optional(text, data.get("name"), "instance_group.name"))
 
     def to_primitive(self) -> dict:
         rules = {}
@@ -239,22 +172,21 @@ class SchedulerHints:
 
     @classmethod
     def from_primitive(cls, data: Any) -> SchedulerHints:
-        data = _mapping(data, "scheduler_hints")
+        data = optional(mapping, data, "scheduler_hints", MAX_LIST) or {}
         other = {k: v for k, v in data.items()
                  if k not in ("same_host", "different_host", "group")}
         for k, v in other.items():
-            _str(k, "scheduler_hints")
+            text(k, "scheduler_hints")
             if not isinstance(v, str | int | float | bool | list | type(None)):
                 raise InvalidRequest(field=f"scheduler_hints.{k}",
                                      reason="expected a string, number, boolean or list")
         return cls(
-            same_host=tuple(_uuid(v, f"scheduler_hints.same_host[{i}]") for i, v in
-                            enumerate(_str_list(data.get("same_host"),
-                                                "scheduler_hints.same_host"))),
-            different_host=tuple(_uuid(v, f"scheduler_hints.different_host[{i}]") for i, v in
-                                 enumerate(_str_list(data.get("different_host"),
-                                                     "scheduler_hints.different_host"))),
-            group=_opt_str(data.get("group"), "scheduler_hints.group"),
+            same_host=tuple(uuids(strings(data.get("same_host"), "scheduler_hints.same_host"),
+                                  "scheduler_hints.same_host", distinct=False)),
+            different_host=tuple(uuids(strings(data.get("different_host"),
+                                               "scheduler_hints.different_host"),
+                                       "scheduler_hints.different_host", distinct=False)),
+            group=optional(text, data.get("group"), "scheduler_hints.group"),
             other=other,
             query=_query(other.get("query")),
             near_network=_near_network(other.get("build_near_host_ip"), other.get("cidr")),
@@ -293,6 +225,10 @@ class RequestSpec:
     #: What the request asks of a host's NUMA cells and PCI devices (guest
     #: topology, device counts, specs, policies): equal keys get equal fits.
     fit_key: Any = None
+    #: What it asks of the ledger: resource classes and traits, in groups
+    #: (``scheduler.resource_request``), and the aggregates it must be in.
+    resources: Any = None
+    raw_member_of: Any = None
 
     # -- derived values -------------------------------------------------
     @property
@@ -317,54 +253,52 @@ class RequestSpec:
     @classmethod
     def from_primitive(cls, data: Any, pci_aliases: Mapping | None = None) -> RequestSpec:
         """Validate a payload; raise ``InvalidRequest`` naming the first bad field."""
-        if not isinstance(data, dict):
-            raise InvalidRequest(field="request_spec", reason="expected an object")
-        _unknown(data, _TOP_LEVEL, "")
+        known_keys(mapping(data, "request_spec"), _TOP_LEVEL)
         if "flavor" not in data:
             raise InvalidRequest(field="flavor", reason="required")
         flavor = Flavor.from_primitive(data["flavor"])
-        num = _int(data.get("num_instances", 1), "num_instances", 1, MAX_INSTANCES)
-        uuids = None
+        num = integer(data.get("num_instances", 1), "num_instances", 1, MAX_INSTANCES)
+        instance_uuids = None
         if data.get("instance_uuids") is not None:
-            raw = _str_list(data["instance_uuids"], "instance_uuids")
-            uuids = tuple(_uuid(u, f"instance_uuids[{i}]") for i, u in enumerate(raw))
-            if len(uuids) != num:
+            instance_uuids = tuple(uuids(strings(data["instance_uuids"], "instance_uuids"),
+                                         "instance_uuids"))
+            if len(instance_uuids) != num:
                 raise InvalidRequest(field="instance_uuids",
-                                     reason=f"{len(uuids)} given for num_instances={num}")
-            if len(set(uuids)) != len(uuids):
-                raise InvalidRequest(field="instance_uuids", reason="duplicate UUIDs")
+                                     reason=f"{len(instance_uuids)} given for "
+                                            f"num_instances={num}")
         image = Image.from_primitive(data.get("image"))
         group = InstanceGroup.from_primitive(data.get("instance_group"))
         hints = SchedulerHints.from_primitive(data.get("scheduler_hints"))
         if hints.group and group and hints.group != group.uuid:
             raise InvalidRequest(field="scheduler_hints.group",
                                  reason="does not match instance_group.uuid")
-        raw_pci = data.get("pci_requests") or []
-        if not isinstance(raw_pci, list):
-            raise InvalidRequest(field="pci_requests", reason="expected a list")
-        if len(raw_pci) > MAX_PCI_REQUESTS:
-            raise InvalidRequest(field="pci_requests",
-                                 reason=f"more than {MAX_PCI_REQUESTS} requests")
+        raw_pci = list(sequence(data.get("pci_requests") or [], "pci_requests",
+                                MAX_PCI_REQUESTS))
         spec = cls(
             flavor=flavor,
             num_instances=num,
-            instance_uuids=uuids,
-            project_id=_opt_str(data.get("project_id"), "project_id"),
-            user_id=_opt_str(data.get("user_id"), "user_id"),
+            instance_uuids=instance_uuids,
+            project_id=optional(text, data.get("project_id"), "project_id"),
+            user_id=optional(text, data.get("user_id"), "user_id"),
             image=image,
-            availability_zone=_opt_str(data.get("availability_zone"), "availability_zone"),
+            availability_zone=optional(text, data.get("availability_zone"),
+                                       "availability_zone"),
             scheduler_hints=hints,
             instance_group=group,
-            force_hosts=_str_list(data.get("force_hosts"), "force_hosts"),
-            force_nodes=_str_list(data.get("force_nodes"), "force_nodes"),
-            ignore_hosts=_str_list(data.get("ignore_hosts"), "ignore_hosts"),
+            force_hosts=strings(data.get("force_hosts"), "force_hosts"),
+            force_nodes=strings(data.get("force_nodes"), "force_nodes"),
+            ignore_hosts=strings(data.get("ignore_hosts"), "ignore_hosts"),
             raw_pci_requests=tuple(raw_pci),
         )
         numa_topology = _numa_topology(flavor, image)
         pci_requests = _pci_requests(flavor, image, raw_pci, pci_aliases or {})
+        raw_member_of = data.get("member_of")
+        resources = resource_request.from_request(flavor, image, numa_topology,
+                                                  raw_member_of)
         return dataclasses.replace(spec, numa_topology=numa_topology,
                                    pci_requests=pci_requests,
-                                   fit_key=_fit_key(numa_topology, pci_requests))
+                                   fit_key=_fit_key(numa_topology, pci_requests),
+                                   resources=resources, raw_member_of=raw_member_of)
 
     def to_primitive(self) -> dict:
         out: dict[str, Any] = {
@@ -385,6 +319,8 @@ class RequestSpec:
             out["instance_group"] = self.instance_group.to_primitive()
         if self.raw_pci_requests:
             out["pci_requests"] = list(self.raw_pci_requests)
+        if self.raw_member_of is not None:
+            out["member_of"] = self.raw_member_of
         return out
 
     def for_one_instance(self) -> RequestSpec:

@@ -59,12 +59,15 @@ rpc_opts = [
                help="Topic of the operator and agent calls (report_compute_node, "
                     "report_pci_devices, heartbeat, aggregate_*, list_hosts, "
                     "show_host, capacity); the compute-API calls "
-                    "(select_destinations, confirm, release, reschedule) stay on "
-                    "[scheduler] topic, and each topic refuses the other's calls "
-                    "(ping is served on both). Unset: every call on [scheduler] topic. Set it, and "
-                    "give the compute API's broker user no write permission on it "
-                    "(RabbitMQ topic permissions on the control exchange), to keep "
-                    "compute APIs away from admin calls. Clients and daemons must "
+                    "(select_destinations, confirm, release, reschedule, moves) stay "
+                    "on [scheduler] topic, and each topic refuses the other's calls "
+                    "(ping is served on both). The admin topic lives on an exchange "
+                    "of its own, 'admin_' + the control exchange's name (e.g. "
+                    "admin_berth). Unset: every call on [scheduler] topic. Set it, "
+                    "and give the compute API's broker user no write permission on "
+                    "that exchange, to keep compute APIs away from admin calls (the "
+                    "security page of the admin guide has the whole recipe). Clients "
+                    "and daemons must "
                     "agree."),
     cfg.StrOpt("rpc_version_cap",
                help="Highest scheduler RPC API version clients send, e.g. '1.0'. "
@@ -106,7 +109,7 @@ LIST_OPTS = [("DEFAULT", server_opts), ("scheduler", rpc_opts + caller_opts)]
 #: Who calls what: the compute API places and frees instances; operators and host
 #: agents report hosts and edit aggregates. ``ping`` is served on both topics.
 COMPUTE_METHODS = frozenset({"select_destinations", "confirm", "release", "reschedule",
-                             "ping"})
+                             "move_instance", "confirm_move", "revert_move", "ping"})
 ADMIN_METHODS = frozenset({"report_compute_node", "report_pci_devices", "aggregate_create",
                            "aggregate_update", "aggregate_delete", "aggregate_add_host",
                            "aggregate_remove_host", "aggregate_set_metadata",
@@ -186,20 +189,24 @@ def check_broker_tls(conf: cfg.ConfigOpts, url: str | None = None,
 
 def get_transport(conf: cfg.ConfigOpts = cfg.CONF,
                   url: str | None = None) -> oslo_messaging.Transport:
-    """The RPC transport for ``url`` (default: ``[DEFAULT] transport_url``)."""
-    return oslo_messaging.get_rpc_transport(
-        conf, url=url, allowed_remote_exmods=ALLOWED_REMOTE_EXMODS)
+    """The RPC transport for ``url`` (default: ``[DEFAULT] transport_url``); on
+    RabbitMQ, the driver that keeps restricted users confined (``scheduler.broker``)."""
+    from scheduler import broker
+
+    return broker.get_transport(conf, url, ALLOWED_REMOTE_EXMODS)
 
 
 def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
-               endpoints: list, backend: str) -> oslo_messaging.RPCServer:
-    """An RPC server on ``topic`` / ``server`` with the chosen executor.
+               endpoints: list, backend: str,
+               exchange: str | None = None) -> oslo_messaging.RPCServer:
+    """An RPC server on ``topic`` / ``server`` (on ``exchange``, default the
+    control exchange) with the chosen executor.
 
     The threading executor is oslo.messaging's default. Naming the eventlet one
     triggers a deprecation warning aimed at library users; the operator's choice
     is logged once by the service instead, so the warning is silenced here.
     """
-    target = oslo_messaging.Target(topic=topic, server=server)
+    target = oslo_messaging.Target(exchange=exchange, topic=topic, server=server)
     kw: dict[str, Any] = {"serializer": ContextSerializer(),
                           "access_policy": oslo_messaging.DefaultRPCAccessPolicy}
     with warnings.catch_warnings():
@@ -212,8 +219,9 @@ def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
 
 def get_client(transport: oslo_messaging.Transport, topic: str, *,
                version_cap: str | None = None, timeout: float | None = None,
-               retry: int | None = None) -> oslo_messaging.RPCClient:
-    target = oslo_messaging.Target(topic=topic, version="1.0")
+               retry: int | None = None, exchange: str | None = None
+               ) -> oslo_messaging.RPCClient:
+    target = oslo_messaging.Target(exchange=exchange, topic=topic, version="1.0")
     return oslo_messaging.get_rpc_client(
         transport, target, version_cap=version_cap, timeout=timeout, retry=retry,
         serializer=ContextSerializer())
@@ -237,12 +245,25 @@ class ContextSerializer(oslo_messaging.NoOpSerializer):
         return dict(ctxt or {})
 
     def deserialize_context(self, ctxt: Any) -> oslo_context.RequestContext:
+        """The context as sent, with control characters escaped in its strings:
+        its ids are printed in every log line of the request."""
         if not isinstance(ctxt, dict):
             ctxt = {}
+        ctxt = {k: _escaped(v) for k, v in ctxt.items()}
         try:
             return oslo_context.RequestContext.from_dict(ctxt)
         except Exception:  # a hostile or foreign context must not kill the call
             return oslo_context.RequestContext()
+
+
+def _escaped(value: Any) -> Any:
+    from db.limits import escape_controls
+
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, list):
+        return [escape_controls(v) if isinstance(v, str) else v for v in value]
+    return value
 
 
 def check_json(value: Any, field: str, *, max_depth: int = 16,

@@ -11,6 +11,9 @@ API versions:
   transaction). With
   ``[scheduler] rpc_version_cap = 1.0`` the client sends none of them and its
   placements are confirmed at once, as a 1.0 daemon makes them.
+* 1.2 - move_instance (resize, migrate, live-migrate, evacuate, rebuild,
+  unshelve), confirm_move, revert_move; selections carry ``resources`` and
+  ``allocations`` (per provider), and a move's ``migration_uuid``.
 
 Errors raised by the daemon come back as the same ``scheduler.exception``
 types. Payloads are checked to be plain JSON here too, so a value that cannot
@@ -44,12 +47,20 @@ class SchedulerAPI:
     (None: forever).
     """
 
-    VERSION = "1.1"
+    VERSION = "1.2"
 
     def __init__(self, conf: cfg.ConfigOpts = cfg.CONF, *,
                  transport: oslo_messaging.Transport | None = None,
                  topic: str | None = None, timeout: float | None = None,
-                 retry: int | None = None) -> None:
+                 retry: int | None = None, exchange: str | None = None) -> None:
+        """``topic`` (and ``exchange``): send every call there instead of to
+        ``[scheduler] topic`` and ``admin_topic``; without ``exchange``, the admin
+        topic's exchange when ``topic`` is ``[scheduler] admin_topic``, else the
+        control exchange."""
+        from scheduler import broker
+
+        if topic is not None and exchange is None:
+            exchange = broker.exchange_of(conf, admin=topic == rpc.admin_topic(conf))
         self.conf = conf
         self._own_transport = transport is None
         self.transport = transport or rpc.get_transport(conf)
@@ -57,11 +68,11 @@ class SchedulerAPI:
         self.client = rpc.get_client(
             self.transport, topic or conf.scheduler.topic,
             version_cap=conf.scheduler.rpc_version_cap,
-            timeout=timeout, retry=retry)
+            timeout=timeout, retry=retry, exchange=exchange)
         admin = rpc.admin_topic(conf) if topic is None else None
         self.admin_client = self.client if admin is None else rpc.get_client(
             self.transport, admin, version_cap=conf.scheduler.rpc_version_cap,
-            timeout=timeout, retry=retry)
+            timeout=timeout, retry=retry, exchange=broker.exchange_of(conf, admin=True))
 
     def close(self) -> None:
         if self._own_transport:
@@ -226,6 +237,43 @@ class SchedulerAPI:
         if confirm == "auto":
             self._confirmed(ctxt, [placement], lambda p: p[0]["instance_uuid"])
         return placement
+
+    # -- moves (1.2) ------------------------------------------------------------------
+    def move_instance(self, ctxt, move: dict, return_alternates: bool = False
+                      ) -> list[dict]:
+        """Move an instance (``scheduler.moves``): ``move`` names the instance,
+        the ``kind`` and its options; its ``migration_uuid`` is picked here when
+        not given, and a call that times out is sent again with it (the
+        scheduler answers a move sent again as the first one). The selections
+        carry the ``migration_uuid`` to confirm or revert the move with."""
+        rpc.check_json(move, "move")
+        if isinstance(move, dict) and move.get("migration_uuid") is None:
+            move = dict(move, migration_uuid=str(uuidlib.uuid4()))
+        monitor = self.timeout or self.conf.rpc_response_timeout
+        cctxt = self.client.prepare(version="1.2",
+                                    timeout=self.conf.scheduler.long_rpc_timeout,
+                                    call_monitor_timeout=monitor)
+        ctxt = ctxt or rpc.new_context()
+        retries = self.conf.scheduler.select_retries
+        for attempt in range(retries + 1):
+            try:
+                return cctxt.call(ctxt, "move_instance", move=move,
+                                  return_alternates=return_alternates)
+            except oslo_messaging.MessagingTimeout:
+                if attempt == retries:
+                    raise
+                LOG.warning("move %s of %s timed out; sending it again (%d of %d)",
+                            move.get("migration_uuid"), move.get("instance_uuid"),
+                            attempt + 1, retries)
+        raise AssertionError("unreachable")
+
+    def confirm_move(self, ctxt, instance_uuid: str, migration_uuid: str) -> bool:
+        return self._call(ctxt, "confirm_move", version="1.2", instance_uuid=instance_uuid,
+                          migration_uuid=migration_uuid)
+
+    def revert_move(self, ctxt, instance_uuid: str, migration_uuid: str) -> bool:
+        return self._call(ctxt, "revert_move", version="1.2", instance_uuid=instance_uuid,
+                          migration_uuid=migration_uuid)
 
     # -- host reporting ---------------------------------------------------------------
     def report_compute_node(self, ctxt, node: dict) -> dict:

@@ -36,7 +36,7 @@ import time
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from scheduler import monitoring, rpc
+from scheduler import broker, log_escape, monitoring, rpc
 from scheduler.exception import BerthError
 
 LOG = logging.getLogger(__name__)
@@ -135,8 +135,12 @@ class SchedulerService:
         self._db = db
         self.server = None
         self._servers: list = []
+        self._served: list = []         # (topic, exchange, endpoint) served
+        self._servers_lock = threading.Lock()
+        self._retiring: list[threading.Thread] = []
         self.manager = None
         self.reaper = None
+        self.routes: broker.RouteCheck | None = None
 
     @property
     def host_manager(self):
@@ -149,7 +153,8 @@ class SchedulerService:
 
     def start(self) -> None:
         from db.api import Database
-        from scheduler.manager import SchedulerManager, TopicEndpoint, UnknownMethods
+        from scheduler.endpoints.topics import TopicEndpoint, UnknownMethods
+        from scheduler.manager import SchedulerManager
 
         if self._db is None:
             self._db = Database.from_conf(self.conf)
@@ -168,16 +173,22 @@ class SchedulerService:
             self._transport = rpc.get_transport(self.conf)
         topic, admin = self.conf.scheduler.topic, rpc.admin_topic(self.conf)
         if admin is None:
-            served = [(topic, TopicEndpoint(self.manager, None, topic))]
-        else:       # compute-API and admin calls on topics of their own
-            served = [(topic, TopicEndpoint(self.manager, rpc.COMPUTE_METHODS, topic)),
-                      (admin, TopicEndpoint(self.manager, rpc.ADMIN_METHODS, admin))]
-        self._servers = [rpc.get_server(self._transport, t, self.conf.host,
-                                        [endpoint, UnknownMethods()], self.backend)
-                         for t, endpoint in served]
+            self._served = [(topic, None, TopicEndpoint(self.manager, None, topic))]
+        else:       # compute-API and admin calls on topics (and exchanges) of their own
+            self._served = [
+                (topic, None, TopicEndpoint(self.manager, rpc.COMPUTE_METHODS, topic)),
+                (admin, broker.admin_exchange(self.conf),
+                 TopicEndpoint(self.manager, rpc.ADMIN_METHODS, admin))]
+        self._servers = self._new_servers(UnknownMethods)
         self.server = self._servers[0]
         for server in self._servers:
             server.start()
+        self.routes = broker.RouteCheck(
+            self.conf, self._transport,
+            lambda: broker.routes(self.conf, [(t, e) for t, e, _ in self._served],
+                                  self.conf.host),
+            self._redeclare)
+        self.routes.start()
         from scheduler.reaper import ClaimReaper
 
         self.reaper = ClaimReaper(self._db, self._scheduler, self.conf, self.worker)
@@ -186,6 +197,35 @@ class SchedulerService:
                  self.worker, os.getpid(), topic,
                  f" (admin calls on {admin!r})" if admin else "", self.conf.host,
                  self.backend)
+
+    def _new_servers(self, unknown_methods) -> list:
+        return [rpc.get_server(self._transport, t, self.conf.host,
+                               [endpoint, unknown_methods()], self.backend, exchange=e)
+                for t, e, endpoint in self._served]
+
+    def _redeclare(self) -> None:
+        """Start new RPC servers, which declare their exchanges, queues and
+        bindings again, then retire the old ones (their requests in flight finish;
+        a queue both consume is never left without a consumer)."""
+        from scheduler.endpoints.topics import UnknownMethods
+
+        with self._servers_lock:
+            if self.server is None:
+                return                  # stopping
+            new = self._new_servers(UnknownMethods)
+            for server in new:
+                server.start()
+            old, self._servers = self._servers, new
+            self.server = new[0]
+
+        def retire() -> None:
+            for server in old:
+                server.stop()
+            for server in old:
+                server.wait()
+        thread = threading.Thread(target=retire, name="retire-servers", daemon=True)
+        thread.start()
+        self._retiring = [t for t in self._retiring if t.is_alive()] + [thread]
 
     def _preload(self) -> None:
         """Load the host-state cache before taking requests, so that the first
@@ -217,7 +257,11 @@ class SchedulerService:
             return True
         LOG.info("Scheduler worker %d stopping: no new requests, draining those in flight",
                  self.worker)
-        servers = self._servers or [self.server]
+        if self.routes is not None:
+            self.routes.stop()
+        with self._servers_lock:
+            servers = self._servers or [self.server]
+            self.server = None          # no re-declaration from now on
         for server in servers:
             server.stop()
         if self.reaper is not None:
@@ -227,6 +271,8 @@ class SchedulerService:
         def wait_all() -> None:
             for server in servers:
                 server.wait()
+            for thread in self._retiring:
+                thread.join()
         waiter = threading.Thread(target=wait_all, name="drain", daemon=True)
         waiter.start()
         waiter.join(timeout or None)
@@ -275,6 +321,7 @@ def reload_config(conf: cfg.ConfigOpts = cfg.CONF) -> None:
     """Re-read the config files and apply the mutable options (oslo.log's levels)."""
     try:
         conf.mutate_config_files()
+        log_escape.install()            # on the handlers the reload may have made
         LOG.info("Configuration reloaded")
     except Exception:
         LOG.exception("Reloading the configuration failed; keeping the old values")
@@ -293,7 +340,8 @@ def run_worker(conf: cfg.ConfigOpts = cfg.CONF, worker: int = 0,
         reporter.start()
         if supervisor_pid is None:      # the only worker serves the monitoring port
             server = monitoring.start_server(conf, path, workers=1)
-    service.start()
+    if _wait_for_broker(conf, signals):
+        service.start()
     while not signals.stop:
         time.sleep(0.1)
         if signals.reload:
@@ -310,6 +358,29 @@ def run_worker(conf: cfg.ConfigOpts = cfg.CONF, worker: int = 0,
     if server is not None:
         server.stop()
     return 0 if drained else 1
+
+
+def _wait_for_broker(conf: cfg.ConfigOpts, signals: _Signals) -> bool:
+    """Wait until a broker of ``[DEFAULT] transport_url`` accepts connections, so
+    that the driver's own retries (which nothing interrupts) start only once it
+    does; True then, False when SIGTERM or SIGINT came first."""
+    addresses = rpc.broker_addresses(conf)
+    delay, logged = 1.0, False
+    while not signals.stop:
+        state = monitoring.check_broker(addresses)
+        if state == "ok":
+            if logged:
+                LOG.info("The message broker answers")
+            return True
+        if not logged:
+            LOG.warning("The message broker is %s; waiting for it (SIGTERM stops the "
+                        "daemon)", state)
+            logged = True
+        deadline = time.monotonic() + delay
+        while not signals.stop and time.monotonic() < deadline:
+            time.sleep(0.1)
+        delay = min(delay * 2, 30.0)
+    return False
 
 
 # -- several workers ----------------------------------------------------------------
@@ -416,6 +487,7 @@ def setup(argv: list[str]) -> None:
                          + ["alembic=WARN", "amqp=ERROR"])
     cfg.CONF(argv, project="berth", prog="berth-scheduler")
     logging.setup(cfg.CONF, "berth")
+    log_escape.install()
 
 
 def main(argv: list[str], early_backend: str) -> int:

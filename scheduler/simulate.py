@@ -32,11 +32,15 @@ from db import migration, models
 from db.api import Database
 from scheduler import exception
 
-_STEP_KINDS = ("select", "release", "reschedule", "report", "expect_usage")
+_STEP_KINDS = ("select", "release", "reschedule", "report", "expect_usage", "move",
+               "confirm_move", "revert_move")
 _EXPECT_KEYS = frozenset({"hosts", "host_in", "not_hosts", "hosts_distinct", "hosts_same",
-                          "same_host_as", "error", "reason_contains", "alternates"})
-USAGE_COUNTERS = ("vcpus_used", "memory_mb_used", "local_gb_used", "disk_mb_used",
-                  "running_vms")
+                          "same_host_as", "error", "reason_contains", "alternates",
+                          "allocations"})
+#: ``expect_usage`` counters besides resource class names (VGPU: 2): the root
+#: provider's classic ones, and the node's instances.
+USAGE_COUNTERS = ("vcpus_used", "pcpus_used", "memory_mb_used", "local_gb_used",
+                  "disk_mb_used", "running_vms")
 
 
 class ScenarioError(Exception):
@@ -231,6 +235,7 @@ class _Runner:
         self.scheduler = scheduler
         self.hosts_data = {h["host"]: dict(h) for h in fleet_data.get("hosts", [])}
         self.placed: dict[str, str] = {}     # instance uuid -> host
+        self.moving: dict[str, str] = {}     # instance uuid -> its move's id
         self.labels = Labels()
         # One connection for every step's check (a pooled checkout pings first).
         self.check_conn = db.engine.connect()
@@ -260,7 +265,7 @@ class _Runner:
         try:
             handler(step[kind], step, result, touched)
         except (exception.NoValidHost, exception.InvalidRequest, exception.NotFound,
-                exception.PluginError) as e:
+                exception.PluginError, exception.Conflict) as e:
             result.error = type(e).__name__
             result.message = self._with_labels(str(e))
         self._check_expect(expect, result)
@@ -283,6 +288,7 @@ class _Runner:
                 "instance_uuid": chosen.instance_uuid, "host": chosen.host,
                 "node": chosen.node, "weight": round(chosen.weight, 4),
                 "alternates": [s.host for s in alternates],
+                "resources": dict(chosen.resources),
                 "numa_cells": chosen.numa_cells, "pci_devices": list(chosen.pci_devices)}
 
     def _step_select(self, body, step, result: StepResult, touched: set[str]) -> None:
@@ -348,6 +354,58 @@ class _Runner:
         touched.add(name)
         result.message = f"reported {name}"
 
+    def _step_move(self, body, step, result: StepResult, touched: set[str]) -> None:
+        from scheduler.moves import Mover, MoveRequest
+
+        if not isinstance(body, dict) or "instance_uuid" not in body or "kind" not in body:
+            raise ScenarioError("move: instance_uuid and kind are required")
+        data = dict(body)
+        uuid = self.labels.uuid(data["instance_uuid"])
+        data["instance_uuid"] = uuid
+        if "migration_uuid" in data:
+            data["migration_uuid"] = self.labels.uuid(data["migration_uuid"])
+        else:
+            data["migration_uuid"] = self.labels.uuid(f"{data['kind']}-of-"
+                                                      f"{body['instance_uuid']}-{result.index}")
+        if isinstance(data.get("request_spec"), dict):
+            data["request_spec"] = self.labels.request(data["request_spec"])
+        source = self.placed.get(uuid)
+        sels = Mover(self.scheduler).move(MoveRequest.from_primitive(data),
+                                          return_alternates=bool(step.get("alternates")))
+        chosen = sels[0]
+        if body["kind"] not in ("rebuild", "unshelve"):
+            self.moving[uuid] = chosen.migration_uuid
+        self.placed[uuid] = chosen.host
+        if source:
+            touched.add(source)
+        result.placements.append(self._placement(chosen, sels[1:]))
+
+    def _end_move(self, body, result: StepResult, touched: set[str], how: str) -> None:
+        from scheduler.moves import Mover
+
+        label = body.get("instance_uuid") if isinstance(body, dict) else body
+        uuid = self.labels.uuid(label)
+        migration = self.moving.get(uuid)
+        if isinstance(body, dict) and "migration_uuid" in body:
+            migration = self.labels.uuid(body["migration_uuid"])
+        if migration is None:
+            raise ScenarioError(f"{how}_move: {label} has no move to end")
+        touched.update(self.hosts_data)        # source and destination, wherever they are
+        getattr(Mover(self.scheduler), how)(uuid, migration)
+        if how == "revert":
+            from db import claims
+
+            alloc = claims.get_allocation(self.db, uuid)
+            if alloc:
+                self.placed[uuid] = alloc["host"]
+        result.message = f"{how}ed move {self.labels.label(migration)}"
+
+    def _step_confirm_move(self, body, step, result: StepResult, touched: set[str]) -> None:
+        self._end_move(body, result, touched, "confirm")
+
+    def _step_revert_move(self, body, step, result: StepResult, touched: set[str]) -> None:
+        self._end_move(body, result, touched, "revert")
+
     def _step_expect_usage(self, body, step, result: StepResult, touched: set[str]) -> None:
         usage = node_usage(self.db)
         for host, counters in (body or {}).items():
@@ -356,11 +414,14 @@ class _Runner:
                 result.failures.append(f"expect_usage: unknown host {host}")
                 continue
             for counter, want in counters.items():
-                if counter not in USAGE_COUNTERS:
-                    raise ScenarioError(f"expect_usage.{host}.{counter}: unknown counter")
-                if have[counter] != want:
+                if counter not in USAGE_COUNTERS and not _is_class(counter):
+                    raise ScenarioError(f"expect_usage.{host}.{counter}: unknown counter "
+                                        f"(a resource class, or one of "
+                                        f"{', '.join(USAGE_COUNTERS)})")
+                if have.get(counter, 0) != want:
                     result.failures.append(
-                        f"expect_usage: {host} {counter} is {have[counter]}, expected {want}")
+                        f"expect_usage: {host} {counter} is {have.get(counter, 0)}, "
+                        f"expected {want}")
 
     # -- checks --------------------------------------------------------------
     def _check_expect(self, expect: Mapping, result: StepResult) -> None:
@@ -396,93 +457,50 @@ class _Runner:
             counts = [len(p["alternates"]) for p in result.placements]
             if any(c != expect["alternates"] for c in counts):
                 fails.append(f"alternates: expected {expect['alternates']} each, got {counts}")
+        if "allocations" in expect:
+            want = expect["allocations"]
+            if not isinstance(want, dict) or not all(_is_class(k) for k in want):
+                raise ScenarioError("expect.allocations: expected {RESOURCE_CLASS: amount}")
+            if not result.placements:
+                fails.append("allocations: nothing was placed")
+            for p in result.placements:
+                held = {rc: n for rc, n in p["resources"].items() if n}
+                wanted = {rc: n for rc, n in want.items() if n}
+                if held != wanted:
+                    fails.append(f"allocations: {p['instance']} holds {held}, expected "
+                                 f"{wanted}")
+
+
+def _is_class(name: Any) -> bool:
+    from db import inventory
+
+    try:
+        inventory.check_class(name, "class")
+    except inventory.InventoryError:
+        return False
+    return True
 
 
 def node_usage(db: Database) -> dict[str, dict[str, Any]]:
-    """host -> usage counters (local_gb_used = disk_mb_used / 1024)."""
-    cn = models.ComputeNode.__table__
-    out = {}
+    """host -> what it holds: every resource class (over the node's providers),
+    the root's classic counters and running_vms (``db.invariants``)."""
+    from db import invariants
+
     with db.reader_connection() as conn:
-        for row in conn.execute(sa.select(cn).where(cn.c.deleted == 0)).mappings():
-            gb = row["disk_mb_used"] / 1024
-            out[row["host"]] = {
-                "vcpus_used": row["vcpus_used"], "memory_mb_used": row["memory_mb_used"],
-                "disk_mb_used": row["disk_mb_used"],
-                "local_gb_used": int(gb) if gb == int(gb) else gb,
-                "running_vms": row["running_vms"]}
-    return out
+        return invariants.usage_by_host(conn)
 
 
 def check_invariants(db: Database, hosts: set[str] | None = None, conn=None) -> list[str]:
-    """Usage equals the sum of allocations and stays within capacity x ratio.
+    """Usage equals the sum of allocations and stays within capacity x ratio
+    (``db.invariants``), on the nodes of ``hosts`` (the ones a step touched;
+    None: all). ``conn``: an open connection to read on."""
+    from db import invariants
 
-    ``hosts``: check only those hosts' nodes (the ones a step touched); None: all.
-    Two queries (the nodes, their allocations) whatever the number of hosts.
-    ``conn``: an open connection to read on (the runner keeps one for the run).
-    """
     if conn is None:
         with db.reader_connection() as conn:
             return check_invariants(db, hosts, conn)
-    cn = models.ComputeNode.__table__
-    al = models.Allocation.__table__
-    nodes_q = sa.select(cn).where(cn.c.deleted == 0)
-    allocs_q = sa.select(al.c.compute_node_id, al.c.vcpus, al.c.memory_mb, al.c.disk_mb,
-                         al.c.numa_cells)
-    if hosts is not None:
-        nodes_q = nodes_q.where(cn.c.host.in_(sorted(hosts)))
-        allocs_q = allocs_q.where(al.c.compute_node_id.in_(
-            sa.select(cn.c.id).where(cn.c.host.in_(sorted(hosts)))))
-    sums: dict[int, list[int]] = {}
-    fitted: dict[int, list[str]] = {}
-    failures: list[str] = []
     with contextlib.nullcontext() if conn.in_transaction() else conn.begin():
-        for node_id, vcpus, memory_mb, disk_mb, numa_cells in conn.execute(allocs_q):
-            total = sums.setdefault(node_id, [0, 0, 0, 0])
-            total[0] += vcpus
-            total[1] += memory_mb
-            total[2] += disk_mb
-            total[3] += 1
-            if numa_cells is not None:
-                fitted.setdefault(node_id, []).append(numa_cells)
-        rows = list(conn.execute(nodes_q).mappings())
-    for row in rows:
-        want = tuple(sums.get(row["id"], (0, 0, 0, 0)))
-        have = (row["vcpus_used"], row["memory_mb_used"], row["disk_mb_used"],
-                row["running_vms"])
-        if have != want:
-            failures.append(f"{row['host']}: usage {have} != sum of allocations {want}")
-        limits = ((row["vcpus"] - row["reserved_host_cpus"]) * row["cpu_allocation_ratio"],
-                  (row["memory_mb"] - row["reserved_host_memory_mb"])
-                  * row["ram_allocation_ratio"],
-                  (row["local_gb"] * 1024 - row["reserved_host_disk_mb"])
-                  * row["disk_allocation_ratio"])
-        for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have[:3], limits,
-                                     strict=False):
-            if used > limit:
-                failures.append(f"{row['host']}: {name} used {used} > limit {limit}")
-        if row["numa_topology"]:
-            problem = _numa_usage_problem(row["numa_topology"], fitted.get(row["id"], []))
-            if problem:
-                failures.append(f"{row['host']}: {problem}")
-    return failures
-
-
-def _numa_usage_problem(host_json: str, fitted_jsons: list[str]) -> str | None:
-    """NUMA usage on the node must equal the sum of its allocations' fitted cells."""
-    from numa import usage
-    from numa.topology import FittedTopology, HostTopology
-
-    stored = json.loads(host_json)
-    empty = {**stored, "cells": [
-        {**c, "cpu_usage": 0, "memory_usage": 0, "pinned_cpus": [],
-         "mempages": [{**m, "used": 0} for m in c.get("mempages", [])]}
-        for c in stored["cells"]]}
-    expected = HostTopology.from_primitive(empty)
-    for text in fitted_jsons:
-        expected = usage.apply_usage(expected, FittedTopology.from_primitive(json.loads(text)))
-    if expected != HostTopology.from_primitive(stored):
-        return "NUMA usage differs from the sum of its allocations"
-    return None
+        return invariants.check(conn, hosts)
 
 
 def format_table(result: ScenarioResult) -> str:

@@ -135,3 +135,60 @@ class TcpProxy:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+class RabbitVhost:
+    """A vhost and users of the shared RabbitMQ made for one test, with unique names,
+    through ``rabbitmqctl`` (the management plugin is not assumed); ``remove()``
+    deletes exactly them. Nothing else of the broker is touched."""
+
+    def __init__(self, prefix: str = "berth_sec") -> None:
+        import shutil
+
+        require_rabbitmq()
+        if shutil.which("rabbitmqctl") is None:
+            msg = "rabbitmqctl is not installed"
+            if os.environ.get("CI"):
+                pytest.fail(msg)
+            pytest.skip(msg)
+        self.run_id = uuid.uuid4().hex[:10]
+        self.name = f"{prefix}_{self.run_id}"
+        self.users: list[str] = []
+        self._ctl("add_vhost", self.name)
+
+    @staticmethod
+    def _ctl(*args: str) -> str:
+        import subprocess
+
+        proc = subprocess.run(["rabbitmqctl", "-q", *args], capture_output=True, text=True,
+                              timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {args[0]}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def add_user(self, role: str, configure: str, write: str, read: str,
+                 topic: tuple[str, str, str] | None = None) -> tuple[str, str]:
+        """A user of this vhost (named ``<role>_<run id>``) with these permission
+        regexes, and optionally topic permissions (exchange, write, read) there.
+        ``{user}`` in a regex stands for the user's name. Returns (name, URL)."""
+        name = f"{role}_{self.run_id}"
+        password = uuid.uuid4().hex
+        self._ctl("add_user", name, password)
+        self.users.append(name)
+        fill = lambda regex: regex.replace("{user}", name)  # noqa: E731
+        self._ctl("set_permissions", "-p", self.name, name, fill(configure), fill(write),
+                  fill(read))
+        if topic is not None:
+            exchange, t_write, t_read = topic
+            self._ctl("set_topic_permissions", "-p", self.name, name, exchange,
+                      fill(t_write), fill(t_read))
+        host = RABBIT_URL.split("@", 1)[1].split("/", 1)[0]
+        return name, f"rabbit://{name}:{password}@{host}/{self.name}"
+
+    def remove(self) -> None:
+        for name in self.users:
+            try:
+                self._ctl("delete_user", name)
+            except RuntimeError:
+                pass
+        self._ctl("delete_vhost", self.name)

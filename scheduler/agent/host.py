@@ -2,10 +2,18 @@
 
 ``discover`` reads the kernel tree (``[agent] sysfs_root`` / ``procfs_root``)
 into :class:`HostFacts`; ``build_report`` applies the operator's choices
-(``[compute]`` CPU sets and reserved amounts, ``[pci] device_spec``) and returns
-the ``report_compute_node`` payload and the ``report_pci_devices`` list. The
-same report is validated here with ``scheduler.fleet.parse_host`` before it is
+(``[compute]`` CPU sets and reserved amounts, ``[pci] device_spec``, ``[agent]
+enabled_vgpu_types``, the provider config files) and returns the
+``report_compute_node`` payload and the ``report_pci_devices`` list. The same
+report is validated here with ``scheduler.fleet.parse_host`` before it is
 sent, so a host that would be refused is told so locally.
+
+The node's ledger: ``traits`` are its CPU flags as ``HW_CPU_X86_*`` (or
+``HW_CPU_AARCH64_*``) traits, ``HW_CPU_HYPERTHREADING`` when a core of the
+host runs two threads or more, and the CUSTOM_ traits of the provider config
+files; ``inventories`` the CUSTOM_ classes of those files (the classic fields
+stay VCPU, PCPU, MEMORY_MB and DISK_GB); ``providers`` one child per GPU that
+exposes a vGPU type (``scheduler.agent.mdev``), with what the files add to it.
 
 Guest CPUs: ``cpu_dedicated_set`` CPUs go to pinned guests (a cell's
 ``pcpuset``), ``cpu_shared_set`` CPUs to floating ones (``cpuset``). With
@@ -22,11 +30,13 @@ from collections.abc import Callable, Mapping
 from oslo_config import cfg
 
 from numa.errors import NumaError
-from scheduler import exception, fleet
+from scheduler import exception, fleet, host_traits
 from scheduler.agent import cpus as cpus_mod
+from scheduler.agent import mdev as mdev_mod
 from scheduler.agent import memory as memory_mod
 from scheduler.agent import pci as pci_mod
 from scheduler.agent import platform as platform_mod
+from scheduler.agent import provider_config
 from scheduler.agent.kernel import KernelTree, KernelTreeError, parse_cpu_list
 
 agent_opts = [
@@ -99,6 +109,7 @@ class HostFacts:
     cpu_model: platform_mod.CpuModel
     disk: platform_mod.DiskFacts
     hypervisor: platform_mod.HypervisorVersion | None = None   # None: not detected
+    mdev: tuple[mdev_mod.MdevParent, ...] = ()                 # the mdev bus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +134,9 @@ class Settings:
     hypervisor_version: int | None = None
     virt_type: str = "kvm"
     host_ip: str | None = None
+    vgpu_types: tuple[mdev_mod.VgpuType, ...] = ()
+    provider_configs: provider_config.ProviderConfigs = provider_config.ProviderConfigs()
+    config_warnings: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +149,10 @@ class HostReport:
     facts: HostFacts
     devices: tuple[pci_mod.PciFact, ...]
     hypervisor_version_source: str = "[agent] hypervisor_version"
+    gpus: tuple[mdev_mod.Gpu, ...] = ()
+    # provider name -> the provider config entry applied to it
+    configured: Mapping[str, provider_config.ProviderConfig] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -169,6 +187,11 @@ def settings_from_conf(conf: cfg.ConfigOpts = cfg.CONF) -> Settings:
     except memory_mod.ReservedPagesError as e:
         raise exception.InvalidRequest(field=e.field, reason=e.reason) from None
     a = conf.agent
+    vgpu_types = mdev_mod.vgpu_types_from_conf(conf)
+    configs = provider_config.load_directory(a.provider_config_location)
+    unused = [f"[{s}]: vGPU type {s.removeprefix(mdev_mod.GROUP_PREFIX)} is not in "
+              f"[agent] enabled_vgpu_types; section ignored"
+              for s in mdev_mod.unused_sections(conf, vgpu_types)]
     return Settings(
         host=a.host, node=a.node or a.host, dedicated=dedicated, shared=shared,
         reserved_host_cpus=conf.compute.reserved_host_cpus,
@@ -178,7 +201,8 @@ def settings_from_conf(conf: cfg.ConfigOpts = cfg.CONF) -> Settings:
         **fleet.compute_defaults(conf),
         device_specs=tuple(pci_mod.parse_device_specs(conf.pci.device_spec)),
         hypervisor_type=a.hypervisor_type, hypervisor_version=a.hypervisor_version,
-        virt_type=a.virt_type, host_ip=a.host_ip)
+        virt_type=a.virt_type, host_ip=a.host_ip, vgpu_types=vgpu_types,
+        provider_configs=configs, config_warnings=tuple(unused) + configs.warnings)
 
 
 def discover(tree: KernelTree, instances_path: str, statvfs: Callable | None = None,
@@ -194,7 +218,8 @@ def discover(tree: KernelTree, instances_path: str, statvfs: Callable | None = N
                      pci=tuple(pci_mod.scan_devices(tree)),
                      cpu_model=cpu_model,
                      disk=platform_mod.discover_disk(instances_path, **disk_args),
-                     hypervisor=None if hypervisor is None else hypervisor(cpu_model.arch))
+                     hypervisor=None if hypervisor is None else hypervisor(cpu_model.arch),
+                     mdev=mdev_mod.scan_mdev_bus(tree))
 
 
 def hypervisor_probe(conf: cfg.ConfigOpts = cfg.CONF
@@ -276,10 +301,42 @@ def _cells(facts: HostFacts, shared: frozenset[int], dedicated: frozenset[int],
     return cells
 
 
+def node_traits(facts: HostFacts) -> set[str]:
+    """The standard traits of the host's CPUs: flags, and SMT when a core of
+    the host runs two threads or more (whichever CPUs the guests get)."""
+    out = host_traits.cpu_flag_traits(facts.cpu_model.arch, facts.cpu_model.features)
+    if facts.cpus.threads_per_core() > 1:
+        out.add(host_traits.HYPERTHREADING)
+    return out
+
+
+def _ledger(facts: HostFacts, s: Settings, devices: list[pci_mod.PciFact],
+            warnings: list[str]) -> tuple[dict, list[mdev_mod.Gpu], provider_config.Applied]:
+    """The node's ``traits``, ``inventories`` and ``providers`` report fields."""
+    gpus, gpu_warnings = mdev_mod.choose_types(s.node, facts.mdev, s.vgpu_types)
+    warnings += gpu_warnings
+    passthrough = {d.address for d in devices}
+    for gpu in gpus:
+        if gpu.address in passthrough:
+            warnings.append(f"GPU {gpu.address} exposes vGPUs and is also a passthrough "
+                            f"device ([pci] device_spec): a guest given it whole would use "
+                            f"the vGPUs' capacity")
+    applied = provider_config.apply(s.provider_configs.entries, s.node,
+                                    [g.to_report() for g in gpus])
+    warnings += applied.warnings
+    fields: dict = {"traits": sorted(node_traits(facts) | applied.root_traits)}
+    if applied.root_inventories:
+        fields["inventories"] = {rc: inv.to_primitive()
+                                 for rc, inv in sorted(applied.root_inventories.items())}
+    if applied.providers:
+        fields["providers"] = applied.providers
+    return fields, gpus, applied
+
+
 def build_report(facts: HostFacts, s: Settings, page_size_kb: int = 4) -> HostReport:
     """The report for ``facts`` under settings ``s``; ``InvalidRequest`` if Berth
     would refuse it (the message names the field)."""
-    warnings: list[str] = []
+    warnings: list[str] = list(s.config_warnings)
     shared, dedicated = _guest_cpus(facts, s, warnings)
     cells = _cells(facts, shared, dedicated, page_size_kb, s, warnings)
     reported = {c["id"] for c in cells}
@@ -322,10 +379,13 @@ def build_report(facts: HostFacts, s: Settings, page_size_kb: int = 4) -> HostRe
     }
     if s.host_ip:
         node["host_ip"] = s.host_ip
+    ledger, gpus, applied = _ledger(facts, s, devices, warnings)
+    node.update(ledger)
     pci_devices = [d.to_report() for d in devices]
     fleet.parse_host({**node, "pci_devices": pci_devices})
     return HostReport(node=node, pci_devices=pci_devices, warnings=warnings, facts=facts,
-                      devices=tuple(devices), hypervisor_version_source=version_source)
+                      devices=tuple(devices), hypervisor_version_source=version_source,
+                      gpus=tuple(gpus), configured=dict(applied.applied))
 
 
 def _option_for(message: str, conf: cfg.ConfigOpts) -> str:
@@ -336,10 +396,11 @@ def _option_for(message: str, conf: cfg.ConfigOpts) -> str:
     return f"agent.{max(matches)[1]}" if matches else "agent"
 
 
-def report_from_conf(conf: cfg.ConfigOpts = cfg.CONF, statvfs: Callable | None = None
-                     ) -> HostReport:
-    """Discover this host under the configured roots and build its report."""
-    settings = settings_from_conf(conf)
+def report_from_conf(conf: cfg.ConfigOpts = cfg.CONF, statvfs: Callable | None = None,
+                     settings: Settings | None = None) -> HostReport:
+    """Discover this host under the configured roots and build its report
+    (``settings``: as checked when the agent started; None: read them now)."""
+    settings = settings_from_conf(conf) if settings is None else settings
     tree = KernelTree(conf.agent.sysfs_root, conf.agent.procfs_root)
     try:
         facts = discover(tree, conf.agent.instances_path, statvfs, hypervisor_probe(conf))

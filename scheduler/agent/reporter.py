@@ -106,10 +106,12 @@ class Reporter:
             LOG.warning("Host %s is disabled in Berth: %s", report.host,
                         node.get("disabled_reason") or "no reason given")
         LOG.info("Reported host %s: %d vCPUs, %d MB, %d GB, %d NUMA cell(s), "
-                 "%d PCI device(s) (generation %s)", report.host, report.node["vcpus"],
-                 report.node["memory_mb"], report.node["local_gb"],
+                 "%d PCI device(s), %d trait(s), %d child provider(s) (generation %s)",
+                 report.host, report.node["vcpus"], report.node["memory_mb"],
+                 report.node["local_gb"],
                  len((report.node.get("numa_topology") or {}).get("cells", [])),
-                 len(report.pci_devices), node.get("generation"))
+                 len(report.pci_devices), len(report.node.get("traits") or ()),
+                 len(report.node.get("providers") or ()), node.get("generation"))
         return {"node": node, "pci": devices}
 
     def heartbeat(self) -> None:

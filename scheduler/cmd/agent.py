@@ -55,8 +55,58 @@ def _pages(cell: int, page: dict, free: dict) -> str:
     return f"{page['size_kb']}kB:{page['total']}" + (f"({', '.join(notes)})" if notes else "")
 
 
+def _inventories(invs: dict | None) -> str:
+    """``VGPU:8 CUSTOM_X:4(reserved 1, ratio 2)``: totals, and fields off their defaults."""
+    out = []
+    for rc, inv in sorted((invs or {}).items()):
+        notes = [f"reserved {inv['reserved']}"] if inv.get("reserved") else []
+        if inv.get("allocation_ratio", 1.0) != 1.0:
+            notes.append(f"ratio {inv['allocation_ratio']:g}")
+        for key in ("min_unit", "step_size"):
+            if inv.get(key, 1) != 1:
+                notes.append(f"{key} {inv[key]}")
+        if inv.get("max_unit", inv["total"]) != inv["total"]:
+            notes.append(f"max_unit {inv['max_unit']}")
+        out.append(f"{rc}:{inv['total']}" + (f"({', '.join(notes)})" if notes else ""))
+    return " ".join(out) or "-"
+
+
+def _from(name: str, report) -> str:
+    """Where a provider comes from: its GPU's vGPU type, the config entry applied."""
+    parts = []
+    gpu = next((g for g in report.gpus if g.provider == name), None)
+    if gpu is not None:
+        t = gpu.mdev_type
+        parts.append(f"{t.type}" + (f" ({t.name})" if t.name else "")
+                     + f": {t.available} available + {len(t.created)} created")
+    config = report.configured.get(name)
+    if config is not None:
+        parts.append(config.where)
+    return "; ".join(parts) or "-"
+
+
+def print_ledger(report) -> None:
+    """The node's traits, its operator inventories and its child providers."""
+    from scheduler.cmd import common
+
+    node = report.node
+    print(f"traits {' '.join(node.get('traits') or ()) or '-'}")
+    root = report.configured.get(node["node"])
+    print(f"inventories (besides the fields above) {_inventories(node.get('inventories'))}"
+          + (f" (from {root.where})" if root is not None and root.inventories else ""))
+    print()
+    common.print_table(
+        [{"name": p["name"], "uuid": p.get("uuid"),
+          "inventories": _inventories(p.get("inventories")),
+          "traits": " ".join(p.get("traits") or ()) or "-", "from": _from(p["name"], report)}
+         for p in node.get("providers") or ()],
+        [("PROVIDER", "name"), ("UUID", "uuid"), ("INVENTORIES", "inventories"),
+         ("TRAITS", "traits"), ("FROM", "from")],
+        empty=f"no child providers ({len(report.facts.mdev)} device(s) on the mdev bus)")
+
+
 def print_report(report) -> None:
-    """The report as an operator reads it: host lines, NUMA cells, PCI devices."""
+    """The report as an operator reads it: host lines, ledger, NUMA cells, PCI devices."""
     from scheduler.cmd import common
 
     node, facts = report.node, report.facts
@@ -76,6 +126,7 @@ def print_report(report) -> None:
     print(f"hypervisor {node['hypervisor_type']} {node['hypervisor_version'] or '-'} "
           f"(from {report.hypervisor_version_source}); "
           f"supported {node['supported_instances']}")
+    print_ledger(report)
     cells = (node.get("numa_topology") or {}).get("cells", [])
     free = {(n, h.size_kb): h.free for n, m in facts.memory.nodes.items()
             for h in m.hugepages}
@@ -124,9 +175,15 @@ def run(argv: list[str] | None = None, conf: cfg.ConfigOpts = cfg.CONF) -> int:
     conf(argv if argv is not None else sys.argv[1:], project="berth", prog="berth-agent")
     if not conf.dry_run:
         logging.setup(conf, "berth-agent")
+        from scheduler import log_escape
+
+        log_escape.install()
     try:
+        # Options and provider config files are read once, here: a bad one stops
+        # the agent before it reports anything.
+        settings = host_mod.settings_from_conf(conf)
         if conf.dry_run:
-            report = host_mod.report_from_conf(conf)
+            report = host_mod.report_from_conf(conf, settings=settings)
             if conf.json:
                 print(json.dumps(report_json(report), indent=2))
             else:
@@ -136,7 +193,8 @@ def run(argv: list[str] | None = None, conf: cfg.ConfigOpts = cfg.CONF) -> int:
         from scheduler.rpcapi import SchedulerAPI
 
         api = SchedulerAPI(conf, timeout=conf.agent.rpc_timeout, retry=0)
-        reporter = Reporter(api, lambda: host_mod.report_from_conf(conf), conf,
+        reporter = Reporter(api, lambda: host_mod.report_from_conf(conf, settings=settings),
+                            conf,
                             probe=lambda: check_broker(conf.transport_url,
                                                        conf.agent.rpc_timeout))
         if conf.once:

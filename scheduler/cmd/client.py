@@ -73,21 +73,21 @@ def format_selections(result: list[list[dict]], dry_run: bool = False) -> str:
     rows = []
     for alternatives in result:
         for rank, s in enumerate(alternatives):
-            alloc = s.get("allocation") or {}
+            held = s.get("resources") or {}
             numa = s.get("numa_cells") or {}
             cells = numa.get("cells", []) if isinstance(numa, dict) else numa
             pci = s.get("pci_devices") or []
             rows.append([
                 s.get("instance_uuid") if rank == 0 else "  alternate",
-                s.get("host"), s.get("node"), alloc.get("vcpus"), alloc.get("memory_mb"),
-                alloc.get("disk_mb"),
+                s.get("host"), s.get("node"),
+                " ".join(f"{rc}={n}" for rc, n in sorted(held.items())) or None,
                 " ".join(_numa_cell(c) for c in cells) or None,
                 ",".join(str(d.get("address", d)) if isinstance(d, dict) else str(d)
                          for d in pci) or None,
                 None if s.get("weight") is None else round(float(s["weight"]), 3),
             ])
-    text = format_table(["INSTANCE", "HOST", "NODE", "VCPUS", "RAM_MB", "DISK_MB",
-                         "NUMA", "PCI", "WEIGHT"], rows)
+    text = format_table(["INSTANCE", "HOST", "NODE", "RESOURCES", "NUMA", "PCI", "WEIGHT"],
+                        rows)
     if dry_run:
         text += "\n(dry run: nothing was claimed)"
     return text
@@ -114,12 +114,13 @@ def format_hosts(hosts: list[dict], now: datetime.datetime | None = None) -> str
         state = "disabled" if h.get("disabled") else "enabled"
         rows.append([h.get("host"), h.get("node"), h.get("availability_zone"),
                      _used(h.get("vcpus_used"), h.get("vcpus")),
+                     _used(h.get("pcpus_used"), h.get("pcpus")) if h.get("pcpus") else None,
                      _used(h.get("memory_mb_used"), h.get("memory_mb")),
                      _used(h.get("local_gb_used"), h.get("local_gb")),
                      h.get("running_vms"),
                      _used(pci.get("available", 0), pci.get("total", 0)),
                      state, _age(h.get("last_seen_up"), now)])
-    return format_table(["HOST", "NODE", "ZONE", "VCPUS", "RAM_MB", "DISK_GB", "VMS",
+    return format_table(["HOST", "NODE", "ZONE", "VCPUS", "PCPUS", "RAM_MB", "DISK_GB", "VMS",
                          "PCI_FREE", "STATE", "LAST_SEEN"], rows)
 
 
@@ -240,6 +241,46 @@ def cmd_reschedule(api, args) -> int:
     return EXIT_OK
 
 
+def cmd_move(api, args) -> int:
+    """resize, migrate, live-migrate, evacuate, rebuild, unshelve."""
+    move: dict[str, Any] = {"instance_uuid": args.instance_uuid, "kind": args.command}
+    if getattr(args, "migration_uuid", None):
+        move["migration_uuid"] = args.migration_uuid
+    if getattr(args, "destination", None):
+        move["destination"] = args.destination
+    if getattr(args, "force", False):
+        move["force"] = True
+    if getattr(args, "availability_zone", None):
+        move["availability_zone"] = args.availability_zone
+    if args.command == "resize":
+        move["flavor"] = _read_json(args.flavor)
+    elif args.command == "rebuild":
+        move["image"] = _read_json(args.image)
+    elif args.command == "unshelve":
+        move["request_spec"] = _read_json(args.request)
+    result = api.move_instance(None, move, return_alternates=args.alternates)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_selections([result]))
+        migration = result[0].get("migration_uuid") if result else None
+        if migration and args.command not in ("rebuild", "unshelve"):
+            print(f"Move {migration}: confirm it with `berth confirm-move "
+                  f"{args.instance_uuid} {migration}` (or revert-move)")
+    return EXIT_OK
+
+
+def cmd_end_move(api, args) -> int:
+    how = "confirm" if args.command == "confirm-move" else "revert"
+    done = getattr(api, f"{how}_move")(None, args.instance_uuid, args.migration_uuid)
+    if args.json:
+        _print_json({"instance_uuid": args.instance_uuid,
+                     "migration_uuid": args.migration_uuid, f"{how}ed": done})
+    else:
+        print(f"{how.capitalize()}ed move {args.migration_uuid} of {args.instance_uuid}")
+    return EXIT_OK
+
+
 def cmd_hosts(api, args) -> int:
     hosts = api.list_hosts(None)
     if args.json:
@@ -249,12 +290,31 @@ def cmd_hosts(api, args) -> int:
     return EXIT_OK
 
 
+def format_inventories(host: dict) -> str:
+    """Every provider's inventories of a host (``show_host``), a row each."""
+    rows = []
+    providers = [(host.get("node"), host.get("resources") or {}, None)]
+    providers += [(p.get("name"), p.get("resources") or {}, p.get("traits"))
+                  for p in host.get("providers") or ()]
+    for name, resources, traits in providers:
+        for rc, inv in sorted(resources.items()):
+            rows.append([name, rc, inv.get("total"), inv.get("reserved"),
+                         inv.get("allocation_ratio"), inv.get("used"), inv.get("free"),
+                         inv.get("max_unit"), ", ".join(traits) if traits else None])
+            traits = None           # a child's traits on its first row
+    return format_table(["PROVIDER", "CLASS", "TOTAL", "RESERVED", "RATIO", "USED", "FREE",
+                         "MAX_UNIT", "CHILD TRAITS"], rows)
+
+
 def cmd_host_show(api, args) -> int:
     host = api.show_host(None, args.name)
     if args.json:
         _print_json(host)
     else:
-        print(format_mapping(host))
+        print(format_mapping({k: v for k, v in host.items()
+                              if k not in ("resources", "providers")}))
+        print()
+        print(format_inventories(host))
     return EXIT_OK
 
 
@@ -458,6 +518,41 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("failed_host", metavar="HOST")
     s.set_defaults(func=cmd_reschedule)
 
+    moves = {"resize": "place an instance again with a new flavor (FLAVOR.json)",
+             "migrate": "move an instance to another host (cold)",
+             "live-migrate": "move a running instance to another host",
+             "evacuate": "place again an instance whose host is down or disabled",
+             "rebuild": "check the instance's host takes a new image (IMAGE.json)",
+             "unshelve": "place again an instance that holds nothing (REQUEST.json)"}
+    for name, help_text in moves.items():
+        s = sub.add_parser(name, parents=[common], help=help_text)
+        s.add_argument("instance_uuid", metavar="UUID")
+        if name == "resize":
+            s.add_argument("flavor", metavar="FLAVOR.json", help="the new flavor, or - for stdin")
+        elif name == "rebuild":
+            s.add_argument("image", metavar="IMAGE.json", help="the new image, or - for stdin")
+        elif name == "unshelve":
+            s.add_argument("request", metavar="REQUEST.json",
+                           help="the instance's request spec, or - for stdin")
+            s.add_argument("--availability-zone", metavar="ZONE")
+        if name != "rebuild":
+            s.add_argument("--destination", metavar="HOST",
+                           help="consider only this host or node (every filter still runs)")
+        if name == "live-migrate":
+            s.add_argument("--force", action="store_true",
+                           help="skip the filters (the claim still refuses an over-commit)")
+        s.add_argument("--migration-uuid", metavar="UUID",
+                       help="the move's id (picked when not given; send the same one to "
+                            "retry a move whose answer was lost)")
+        s.add_argument("--alternates", action="store_true", help="also return alternate hosts")
+        s.set_defaults(func=cmd_move)
+    for name, help_text in (("confirm-move", "end a move: release its source"),
+                            ("revert-move", "undo a move: release its destination")):
+        s = sub.add_parser(name, parents=[common], help=help_text)
+        s.add_argument("instance_uuid", metavar="UUID")
+        s.add_argument("migration_uuid", metavar="MIGRATION_UUID")
+        s.set_defaults(func=cmd_end_move)
+
     s = sub.add_parser("hosts", parents=[common], help="list hosts with capacity and usage")
     s.set_defaults(func=cmd_hosts)
 
@@ -617,6 +712,18 @@ def run(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except CliError as e:
         print(f"berth: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as e:
+        # The broker refused the connection (a wrong password: AccessRefused from
+        # py-amqp), or another error of the broker's client libraries: one line.
+        from scheduler.cmd.scheduler import startup_failure
+
+        line = startup_failure(e)
+        if line is None:
+            raise
+        from db.limits import escape_controls
+
+        print(f"berth: {escape_controls(line)}", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -20,6 +20,7 @@ from oslo_config import cfg
 
 from db import migration
 from db.api import Database
+from db.limits import escape_controls
 from scheduler import exception
 
 EXIT_OK = 0
@@ -75,9 +76,16 @@ def exit_code_for(error: BaseException) -> int:
     return EXIT_INVALID if isinstance(error, exception.InvalidRequest) else EXIT_FAILURE
 
 
+def printable(value: Any) -> str:
+    """``value`` as text a terminal shows as it is: control, line-separator and bidi
+    characters (a terminal escape stored in a project id, a newline in a name)
+    written as escapes."""
+    return escape_controls(str(value))
+
+
 def error(message: str) -> None:
     """One line on stderr, prefixed with the program name."""
-    print(f"berth-manage: error: {message}", file=sys.stderr)
+    print(f"berth-manage: error: {printable(message)}", file=sys.stderr)
 
 
 def print_json(data: Any) -> None:
@@ -102,6 +110,10 @@ Column = tuple[str, str | Callable[[dict], Any]]
 
 
 def _cell(value: Any) -> str:
+    return printable(_text(value))
+
+
+def _text(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -135,7 +147,7 @@ def print_fields(data: dict, keys: Sequence[str] | None = None) -> None:
         value = data.get(key)
         text = (json.dumps(value, default=_json_default, sort_keys=True)
                 if isinstance(value, (dict, list)) and value else _cell(value))
-        print(f"{key.ljust(width)}  {text}")
+        print(f"{printable(key).ljust(width)}  {printable(text)}")
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

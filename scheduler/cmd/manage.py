@@ -74,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Without --debug, Python's default handler shows warnings and errors only.
         cfg.CONF.set_override("debug", True)
         logging.setup(cfg.CONF, "berth")
+        from scheduler import log_escape
+
+        log_escape.install()
     try:
         return int(args.func(args) or 0)
     except exception.BerthError as e:

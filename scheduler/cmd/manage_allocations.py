@@ -57,8 +57,10 @@ def do_list(args: argparse.Namespace) -> int:
         common.print_json(rows)
         return common.EXIT_OK
     columns: list[common.Column] = [
-        ("INSTANCE", "instance_uuid"), ("HOST", "host"), ("NODE", "node"),
-        ("VCPUS", "vcpus"), ("RAM_MB", "memory_mb"), ("DISK_MB", "disk_mb"),
+        ("CONSUMER", "instance_uuid"), ("TYPE", "consumer_type"), ("HOST", "host"),
+        ("NODE", "node"),
+        ("RESOURCES", lambda r: " ".join(f"{rc}={n}" for rc, n in
+                                         sorted(r["resources"].items())) or None),
         ("PCI", lambda r: len(r["pci_devices"]) or None), ("PROJECT", "project_id"),
         ("STATE", lambda r: "pending" if r["pending"] else "confirmed"),
         ("AGE", lambda r: _age(r, now)),

@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="fleet file; JSON (the same document) reads much faster for "
                           "thousands of hosts")
     imp.add_argument("--dry-run", action="store_true",
-                     help="validate the file only; write nothing")
+                     help="run the whole import, every check against the stored hosts, "
+                          "allocations, devices and aggregates included, then roll it "
+                          "back: write nothing")
     common.add_json_flag(imp)
     imp.set_defaults(func=do_import)
 
@@ -46,16 +48,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def do_import(args: argparse.Namespace) -> int:
     fleet = fleet_mod.load_fleet_file(args.file)
-    if args.dry_run:
-        print(f"{args.file}: valid ({len(fleet.hosts)} hosts, "
-              f"{len(fleet.aggregates)} aggregates); nothing written")
-        return common.EXIT_OK
     result = db_hosts.import_fleet(common.database(), fleet,
-                                   progress=terminal_progress(sys.stderr))
+                                   progress=terminal_progress(sys.stderr),
+                                   dry_run=args.dry_run)
     if args.json:
-        common.print_json(dataclasses.asdict(result))
+        common.print_json(dict(dataclasses.asdict(result), dry_run=args.dry_run))
+    elif args.dry_run:
+        print(f"{common.printable(args.file)}: valid ({len(fleet.hosts)} hosts, "
+              f"{len(fleet.aggregates)} aggregates); would import: {result.summary()}; "
+              f"nothing written")
     else:
-        print(f"imported {args.file}: {result.summary()}")
+        print(f"imported {common.printable(args.file)}: {result.summary()}")
+    for warning in result.warnings:
+        print(f"warning: {common.printable(warning)}", file=sys.stderr)
     return common.EXIT_OK
 
 
@@ -84,12 +89,17 @@ HOST_COLUMNS: list[common.Column] = [
     ("NODE", "node"),
     ("AZ", "availability_zone"),
     ("VCPUS", _used_of("vcpus_used", "vcpus")),
+    ("PCPUS", lambda r: _used_of("pcpus_used", "pcpus")(r) if r["pcpus"] else None),
     ("RAM_MB", _used_of("memory_mb_used", "memory_mb")),
     ("DISK_GB", _used_of("local_gb_used", "local_gb")),
     ("VMS", "running_vms"),
     ("PCI", lambda r: (f"{r['pci_devices']['available']}/{r['pci_devices']['total']}"
                        if r["pci_devices"]["total"] else None)),
     ("NUMA", lambda r: r["numa_cells"] or None),
+    ("OTHER", lambda r: " ".join(
+        f"{rc}={inv['used']}/{inv['total']}" for rc, inv in r["resources"].items()
+        if rc not in ("VCPU", "PCPU", "MEMORY_MB", "DISK_GB")) or None),
+    ("CHILDREN", lambda r: len(r["providers"]) or None),
     ("STATE", lambda r: "disabled" if r["disabled"] else "enabled"),
     ("AGGREGATES", "aggregates"),
 ]
@@ -106,14 +116,17 @@ def do_list(args: argparse.Namespace) -> int:
 
 _SHOW_KEYS = (
     "host", "node", "uuid", "availability_zone", "aggregates", "disabled",
-    "disabled_reason", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "local_gb",
-    "local_gb_used", "running_vms", "current_workload", "cpu_allocation_ratio",
-    "ram_allocation_ratio", "disk_allocation_ratio", "reserved_host_cpus",
-    "reserved_host_memory_mb", "reserved_host_disk_mb", "free", "allocations",
+    "disabled_reason", "running_vms", "current_workload", "traits", "allocations",
     "pci_devices", "hypervisor_type", "hypervisor_version", "host_ip", "cpu_info",
     "supported_instances", "stats", "metrics", "last_seen_up", "generation",
     "created_at", "updated_at",
 )
+
+_INVENTORY_COLUMNS: list[common.Column] = [
+    ("PROVIDER", "provider"), ("CLASS", "resource_class"), ("TOTAL", "total"),
+    ("RESERVED", "reserved"), ("RATIO", "allocation_ratio"), ("USED", "used"),
+    ("FREE", "free"), ("MIN", "min_unit"), ("MAX", "max_unit"), ("STEP", "step_size"),
+]
 
 _NUMA_COLUMNS: list[common.Column] = [
     ("CELL", "id"),
@@ -141,6 +154,17 @@ def do_show(args: argparse.Namespace) -> int:
         common.print_json(host)
         return common.EXIT_OK
     common.print_fields(host, [k for k in _SHOW_KEYS if k in host])
+    inventories = [dict(inv, provider=host["node"], resource_class=rc)
+                   for rc, inv in host["resources"].items()]
+    for child in host.get("providers") or ():
+        inventories += [dict(inv, provider=child["name"], resource_class=rc)
+                        for rc, inv in child["resources"].items()]
+    if inventories:
+        print()
+        common.print_table(inventories, _INVENTORY_COLUMNS)
+    for child in host.get("providers") or ():
+        print(f"provider {child['name']} ({child['uuid']}), parent {child['parent']}: "
+              f"traits {', '.join(child['traits']) or '-'}")
     cells = (host.get("numa_topology") or {}).get("cells") or []
     if cells:
         print()

@@ -6,14 +6,12 @@ own ratio.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from scheduler.filters.core import CoreFilter
+from scheduler.filters.resources import aggregate_ratio
 
 
 class AggregateCoreFilter(CoreFilter):
     """CoreFilter honouring ``cpu_allocation_ratio`` aggregate metadata."""
 
-    def vcpus_limit(self, cols):
-        values, present = cols.aggregate_min("cpu_allocation_ratio")
-        return cols.vcpus_usable * np.where(present, values, cols.cpu_ratio)
+    def ratio(self, cols):
+        return aggregate_ratio(cols, "cpu_allocation_ratio", self.resource_class)

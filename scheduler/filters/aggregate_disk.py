@@ -6,14 +6,12 @@ own ratio.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from scheduler.filters.disk import DiskFilter
+from scheduler.filters.resources import aggregate_ratio
 
 
 class AggregateDiskFilter(DiskFilter):
     """DiskFilter honouring ``disk_allocation_ratio`` aggregate metadata."""
 
-    def disk_limit(self, cols):
-        values, present = cols.aggregate_min("disk_allocation_ratio")
-        return cols.disk_usable * np.where(present, values, cols.disk_ratio)
+    def ratio(self, cols):
+        return aggregate_ratio(cols, "disk_allocation_ratio", self.resource_class)

@@ -6,14 +6,12 @@ own ratio.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from scheduler.filters.ram import RamFilter
+from scheduler.filters.resources import aggregate_ratio
 
 
 class AggregateRamFilter(RamFilter):
     """RamFilter honouring ``ram_allocation_ratio`` aggregate metadata."""
 
-    def memory_limit(self, cols):
-        values, present = cols.aggregate_min("ram_allocation_ratio")
-        return cols.memory_usable * np.where(present, values, cols.ram_ratio)
+    def ratio(self, cols):
+        return aggregate_ratio(cols, "ram_allocation_ratio", self.resource_class)

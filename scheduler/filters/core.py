@@ -1,21 +1,21 @@
-"""CoreFilter: used vCPUs + the request fits within (total - reserved) × cpu ratio.
+"""CoreFilter: the request's VCPU fits some provider of the node (the ledger's
+rule: used + asked <= (total - reserved) x ratio, within min/max unit).
 
-As in Nova, one instance may not over-commit against itself: a guest with more
-vCPUs than the host has physical CPUs never fits, whatever the ratio.
+As in Nova, one instance may not over-commit against itself: a node's VCPU
+``max_unit`` is its total, so a guest with more vCPUs than the node has shared
+CPUs never fits, whatever the ratio. A guest with dedicated CPUs asks PCPU
+instead (checked with every other class by ResourcesFilter).
 """
 from __future__ import annotations
 
-from scheduler.filters import BaseHostFilter
+from db.inventory import VCPU
+from scheduler.filters.resources import ResourceView
 
 
-class CoreFilter(BaseHostFilter):
+class CoreFilter(ResourceView):
     """Removes hosts without enough vCPUs, counting the host's allocation ratio."""
 
-    def vcpus_limit(self, cols):
-        """Usable vCPUs per row (over-commit included)."""
-        return cols.vcpus_limit
+    resource_class = VCPU
 
-    def refusals(self, cols, request):
-        need = request.spec.vcpus
-        return [(f"insufficient vCPUs: need {need}",
-                 (need > cols.vcpus) | (cols.vcpus_used + need > self.vcpus_limit(cols)))]
+    def reason(self, amount: int) -> str:
+        return f"insufficient vCPUs: need {amount}"

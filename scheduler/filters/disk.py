@@ -1,21 +1,20 @@
-"""DiskFilter: used disk + the request fits within (total - reserved) × disk ratio.
+"""DiskFilter: the request's DISK_GB fits some provider of the node (the
+ledger's rule: used + asked <= (total - reserved) x ratio, within min/max unit).
 
-One instance may not over-commit against itself: its disk (root + ephemeral +
-swap) never exceeds the host's physical ``local_gb``, whatever the ratio.
+A request's disk is ``root_gb + ephemeral_gb`` and its swap rounded up to whole
+GB (``resources:DISK_GB`` overrides it). One instance may not over-commit
+against itself: a node's DISK_GB ``max_unit`` is its ``local_gb``.
 """
 from __future__ import annotations
 
-from scheduler.filters import BaseHostFilter
+from db.inventory import DISK_GB
+from scheduler.filters.resources import ResourceView
 
 
-class DiskFilter(BaseHostFilter):
+class DiskFilter(ResourceView):
     """Removes hosts without enough local disk, counting the host's allocation ratio."""
 
-    def disk_limit(self, cols):
-        """Usable disk in MB per row (over-commit included)."""
-        return cols.disk_limit
+    resource_class = DISK_GB
 
-    def refusals(self, cols, request):
-        need = request.spec.disk_mb
-        return [(f"insufficient disk: need {need} MB",
-                 (need > cols.disk_total) | (cols.disk_used + need > self.disk_limit(cols)))]
+    def reason(self, amount: int) -> str:
+        return f"insufficient disk: need {amount} GB"

@@ -1,17 +1,15 @@
-"""RamFilter: used RAM + the request fits within (total - reserved) × ram ratio."""
+"""RamFilter: the request's MEMORY_MB fits some provider of the node (the
+ledger's rule: used + asked <= (total - reserved) x ratio, within min/max unit)."""
 from __future__ import annotations
 
-from scheduler.filters import BaseHostFilter
+from db.inventory import MEMORY_MB
+from scheduler.filters.resources import ResourceView
 
 
-class RamFilter(BaseHostFilter):
+class RamFilter(ResourceView):
     """Removes hosts without enough RAM, counting the host's allocation ratio."""
 
-    def memory_limit(self, cols):
-        """Usable RAM in MB per row (over-commit included)."""
-        return cols.memory_limit
+    resource_class = MEMORY_MB
 
-    def refusals(self, cols, request):
-        need = request.spec.memory_mb
-        return [(f"insufficient RAM: need {need} MB",
-                 cols.memory_used + need > self.memory_limit(cols))]
+    def reason(self, amount: int) -> str:
+        return f"insufficient RAM: need {amount} MB"

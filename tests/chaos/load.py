@@ -249,7 +249,7 @@ def latency_stats(ops: list[Op]) -> dict[str, float]:
 
 def allocations(db) -> dict[str, bool]:
     """instance_uuid -> pending, straight from SQL."""
-    a = models.Allocation
+    a = models.Consumer
     with db.reader_connection() as conn:
         return {u: bool(p) for u, p in conn.execute(sa.select(a.instance_uuid, a.pending))}
 

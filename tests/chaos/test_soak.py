@@ -25,11 +25,11 @@ def _rows(db) -> dict[str, int]:
     with db.reader_connection() as conn:
         def count(table) -> int:
             return conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
-        return {"allocations": count(models.Allocation.__table__),
+        return {"allocations": count(models.Consumer.__table__),
                 "request_specs": count(models.RequestSpecRow.__table__),
                 "pending": conn.execute(sa.select(sa.func.count()).select_from(
-                    models.Allocation.__table__).where(
-                        models.Allocation.pending == sa.true())).scalar_one()}
+                    models.Consumer.__table__).where(
+                        models.Consumer.pending == sa.true())).scalar_one()}
 
 
 def test_soak_does_not_drift(deploy, fleet, report):

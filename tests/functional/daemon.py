@@ -43,12 +43,15 @@ class Daemon:
     def __init__(self, tmp_path, backend: str = "eventlet", workers: int = 1,
                  fleet: dict | None = None, extra: str = "",
                  share_with: Daemon | None = None,
-                 pythonpath: str | None = None) -> None:
+                 pythonpath: str | None = None,
+                 transport_url: str | None = None) -> None:
         """``share_with``: another daemon of the same deployment (its database,
         exchange and topic; the one that made them drops the database).
         ``pythonpath``: put first on the daemon's PYTHONPATH (e.g. a directory
-        with a third-party plugin's distribution)."""
+        with a third-party plugin's distribution). ``transport_url``: the daemon's
+        broker user and vhost (default: the shared broker's guest)."""
         services.require_rabbitmq()
+        self.transport_url = transport_url or services.RABBIT_URL
         self.tmp_path = tmp_path
         self.pythonpath = pythonpath
         self.backend = backend
@@ -69,7 +72,7 @@ class Daemon:
         self.config = tmp_path / f"berth-{self.run_id}.conf"
         self.config.write_text(f"""[DEFAULT]
 host = ft-{self.run_id}
-transport_url = {services.RABBIT_URL}
+transport_url = {self.transport_url}
 control_exchange = {self.exchange}
 concurrency_backend = {backend}
 # Hosts were heartbeaten once, at import; keep them "up" for the whole run.
@@ -88,7 +91,7 @@ amqp_auto_delete = true
 """)
         self.log = tmp_path / f"berth-{self.run_id}.log"
         self.proc: subprocess.Popen | None = None
-        self._transport = None
+        self._transports: dict[str, object] = {}
 
     # -- process ----------------------------------------------------------------------
     def start(self, timeout: float = 60) -> None:
@@ -144,57 +147,71 @@ amqp_auto_delete = true
                 self.proc.kill()
                 self.proc.wait()
         finally:
-            if self._transport is not None:
-                self._transport.cleanup()
+            for transport in self._transports.values():
+                transport.cleanup()
             self.db.dispose()
             if self.owns_database:
                 services.drop_mariadb_database(self.db_name)
 
     # -- clients ----------------------------------------------------------------------
-    def api(self, timeout: float = 30) -> SchedulerAPI:
-        """A client on this daemon's exchange and topic (one transport, reused)."""
-        if self._transport is None:
+    def transport(self, url: str | None = None):
+        """A transport to this daemon's broker and exchange, as ``url``'s user
+        (default: the daemon's own); one per URL, reused."""
+        url = url or self.transport_url
+        if url not in self._transports:
             cfg.CONF.set_override("control_exchange", self.exchange)
-            cfg.CONF.set_override("transport_url", services.RABBIT_URL)
+            cfg.CONF.set_override("transport_url", url)
             try:
-                self._transport = rpc.get_transport(cfg.CONF)
+                self._transports[url] = rpc.get_transport(cfg.CONF)
                 # Must match the daemon's, or RabbitMQ refuses the second
                 # declaration of the exchange. Read when connections open (lazily).
                 cfg.CONF.set_override("amqp_auto_delete", True, group="oslo_messaging_rabbit")
             finally:
                 cfg.CONF.clear_override("control_exchange")
                 cfg.CONF.clear_override("transport_url")
-        return SchedulerAPI(cfg.CONF, transport=self._transport, topic=self.topic,
-                            timeout=timeout)
+        return self._transports[url]
+
+    def api(self, timeout: float = 30, url: str | None = None, topic: str | None = None,
+            exchange: str | None = None) -> SchedulerAPI:
+        """A client on this daemon's exchange and topic (or ``topic`` on
+        ``exchange``), as ``url``'s user."""
+        return SchedulerAPI(cfg.CONF, transport=self.transport(url), topic=topic or self.topic,
+                            timeout=timeout, exchange=exchange)
 
     # -- what the database holds ------------------------------------------------------
     def allocations(self) -> dict[str, int]:
         """instance_uuid -> compute_node_id, read from MariaDB directly."""
         with self.db.reader_connection() as conn:
-            rows = conn.execute(sa.select(models.Allocation.instance_uuid,
-                                          models.Allocation.compute_node_id))
+            rows = conn.execute(sa.select(models.Consumer.uuid,
+                                          models.Consumer.compute_node_id))
             return {u: n for u, n in rows}
 
     def pending(self) -> set[str]:
         """Instances whose claim is pending (not confirmed yet)."""
         with self.db.reader_connection() as conn:
             return {u for (u,) in conn.execute(
-                sa.select(models.Allocation.instance_uuid)
-                .where(models.Allocation.pending == sa.true()))}
+                sa.select(models.Consumer.uuid)
+                .where(models.Consumer.pending == sa.true()))}
 
     def usage(self) -> dict[str, tuple]:
+        """host -> (VCPU used, MEMORY_MB used, DISK_GB used, running_vms)."""
+        from db import invariants
+
         with self.db.reader_connection() as conn:
-            return {r.host: (r.vcpus_used, r.memory_mb_used, r.disk_mb_used, r.running_vms)
-                    for r in conn.execute(sa.select(models.ComputeNode))}
+            return {host: (u["vcpus_used"], u["memory_mb_used"], u["local_gb_used"],
+                           u["running_vms"])
+                    for host, u in invariants.usage_by_host(conn).items()}
 
     def snapshot(self) -> tuple:
         """Everything a refused request must leave untouched."""
         with self.db.reader_connection() as conn:
             nodes = [tuple(r) for r in conn.execute(sa.select(
                 models.ComputeNode.host, models.ComputeNode.generation,
-                models.ComputeNode.vcpus, models.ComputeNode.vcpus_used,
-                models.ComputeNode.memory_mb_used).order_by(models.ComputeNode.id))]
-            allocs = sorted(conn.execute(sa.select(models.Allocation.instance_uuid)).scalars())
+                models.ComputeNode.running_vms).order_by(models.ComputeNode.id))]
+            inv = models.ProviderInventory
+            nodes.append(tuple(tuple(r) for r in conn.execute(sa.select(
+                inv.provider_id, inv.resource_class, inv.total, inv.used).order_by(inv.id))))
+            allocs = sorted(conn.execute(sa.select(models.Consumer.uuid)).scalars())
             aggs = conn.execute(sa.select(sa.func.count(models.Aggregate.id))).scalar()
             devs = conn.execute(sa.select(sa.func.count(models.PciDevice.id))).scalar()
         return nodes, allocs, aggs, devs
@@ -204,11 +221,10 @@ amqp_auto_delete = true
         simulator's invariant check and a plain GROUP BY here)."""
         assert check_invariants(self.db) == []
         with self.db.reader_connection() as conn:
-            a = models.Allocation
-            sums = {r[0]: tuple(int(x) for x in r[1:]) for r in conn.execute(
-                sa.select(a.compute_node_id, sa.func.sum(a.vcpus), sa.func.sum(a.memory_mb),
-                          sa.func.sum(a.disk_mb), sa.func.count(a.id))
-                .group_by(a.compute_node_id))}
-            for n in conn.execute(sa.select(models.ComputeNode)):
-                assert (n.vcpus_used, n.memory_mb_used, n.disk_mb_used, n.running_vms) \
-                    == sums.get(n.id, (0, 0, 0, 0)), n.host
+            a, inv = models.Allocation, models.ProviderInventory
+            sums = {(r[0], r[1]): int(r[2]) for r in conn.execute(
+                sa.select(a.provider_id, a.resource_class, sa.func.sum(a.amount))
+                .group_by(a.provider_id, a.resource_class))}
+            for row in conn.execute(sa.select(inv)):
+                assert row.used == sums.get((row.provider_id, row.resource_class), 0), row
+                assert row.used <= (row.total - row.reserved) * row.allocation_ratio, row

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from scheduler import exception
+from scheduler.agent import mdev
 from tests import services
 from tests.functional.daemon import ROOT, Daemon
 from tests.unit.agent import fake_host
@@ -27,6 +28,7 @@ from tests.unit.agent import fake_host
 ALIAS = '{"name": "vf", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"}'
 VF_SPEC = '{"vendor_id": "8086", "product_id": "154c", "physical_network": "physnet1"}'
 NODE1_2M = "devices/system/node/node1/hugepages/hugepages-2048kB"
+NODE0_PAGES = "devices/system/node/node0/hugepages"
 NODE1_1G = "devices/system/node/node1/hugepages/hugepages-1048576kB"
 PCI = "bus/pci/devices"
 
@@ -158,8 +160,9 @@ def test_agent_reports_and_berth_follows_the_host(env):
     host = _wait_for("the first report (node and devices)",
                      lambda: (h := api.show_host(None, "ft-agent"))
                      and h["pci_devices"]["total"] == 4 and h, agent=agent, daemon=daemon)
-    assert (host["vcpus"], host["memory_mb"], host["reserved_host_memory_mb"]) == (
-        16, 131072, 1024)
+    # 16 CPUs, 8 of them dedicated ([compute] cpu_dedicated_set): VCPU 8, PCPU 8
+    assert (host["vcpus"], host["pcpus"], host["memory_mb"],
+            host["reserved_host_memory_mb"]) == (8, 8, 131072, 1024)
     assert host["cpu_info"]["topology"] == {"sockets": 2, "cores": 4, "threads": 2}
     cells = host["numa_topology"]["cells"]
     assert [(c["id"], c["cpuset"], c["pcpuset"]) for c in cells] == [
@@ -211,19 +214,44 @@ def test_agent_reports_and_berth_follows_the_host(env):
     assert host["pci_devices"]["by_status"]["claimed"] == 1
 
     # -- memory shrinks below what the guests hold: stored, but the host is disabled -----
+    # The host and its NUMA nodes shrink together (a report whose cells hold more
+    # than the host is refused): 4 GiB, 0.5 on node 0 and 3.5 on node 1, whose
+    # 2 MB pages shrink to what the huge-page guest holds.
     meminfo = os.path.join(tree, "proc", "meminfo")
     original = open(meminfo).read()
+    node_info = {n: os.path.join(tree, "sys", f"devices/system/node/node{n}/meminfo")
+                 for n in (0, 1)}
+    node_original = {n: open(path).read() for n, path in node_info.items()}
+    for n, kb in ((0, 524288), (1, 3670016)):
+        with open(node_info[n], "w") as f:
+            f.write(node_original[n].replace("MemTotal:       67108864 kB",
+                                             f"MemTotal:       {kb} kB"))
+    _write(tree, NODE1_2M + "/nr_hugepages", 1536)
+    _write(tree, NODE1_2M + "/free_hugepages", 0)
+    node0_pages = {}                # node 0 gives up its huge pages meanwhile
+    for size in os.listdir(os.path.join(tree, "sys", NODE0_PAGES)):
+        for name in ("nr_hugepages", "free_hugepages"):
+            rel = f"{NODE0_PAGES}/{size}/{name}"
+            node0_pages[rel] = open(os.path.join(tree, "sys", rel)).read().strip()
+            _write(tree, rel, 0)
     with open(meminfo, "w") as f:
         f.write(original.replace("MemTotal:       134217728 kB", "MemTotal:       4194304 kB"))
     host = _wait_for("the host disabled for capacity below usage",
                      lambda: (h := api.show_host(None, "ft-agent"))["disabled"] and h,
                      agent=agent, daemon=daemon)
     assert (host["memory_mb"], host["memory_mb_used"]) == (4096, 3584)
-    assert host["disabled_reason"] == "capacity below usage: memory_mb 3072 < 3584 used"
+    assert host["disabled_reason"] == "capacity below usage: MEMORY_MB 3072 < 3584 used"
     _wait_for("the agent to log the warning",
-              lambda: "capacity below usage: memory_mb" in agent.log_text(), agent=agent)
+              lambda: "capacity below usage: MEMORY_MB" in agent.log_text(), agent=agent)
     with open(meminfo, "w") as f:
         f.write(original)
+    for n, path in node_info.items():
+        with open(path, "w") as f:
+            f.write(node_original[n])
+    _write(tree, NODE1_2M + "/nr_hugepages", 2048)
+    _write(tree, NODE1_2M + "/free_hugepages", 2048 - 1536)
+    for rel, value in node0_pages.items():
+        _write(tree, rel, value)
     _wait_for("the host enabled again once it fits",
               lambda: (h := api.show_host(None, "ft-agent"))["disabled_reason"] is None
               and not h["disabled"] and h["memory_mb"] == 131072, agent=agent, daemon=daemon)
@@ -406,5 +434,127 @@ def test_agent_started_before_the_broker(tmp_path):
     finally:
         agent.stop()
         proxy.stop()
+        daemon.stop()
+        daemon.close()
+
+
+T4_A, T4_B = "ft-agent_pci_0000_3b_00_0", "ft-agent_pci_0000_5e_00_0"
+PROVIDER_YAML = fake_host.provider_yaml(windows={"total": 2}, gpu=T4_A)
+
+
+def _flavor(extra_specs: dict) -> dict:
+    return {"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1, "extra_specs": extra_specs}}
+
+
+def test_vgpus_and_custom_classes_the_agent_reports_are_placed(tmp_path):
+    """One ``--once`` report of a host with two T4s on the mdev bus (nvidia-223
+    enabled) and a provider config file: vGPU flavors land on a GPU's child
+    provider, a custom-class flavor on the node's own inventory, a CPU-flag trait
+    only where the CPU has it; the host without any of it gets none of them. A GPU
+    that leaves the mdev bus under its guests keeps its provider (total 0) and
+    disables the host until it is back."""
+    services.require_rabbitmq()
+    daemon = Daemon(tmp_path, fleet={"hosts": [{"host": "fc00", "vcpus": 16,
+                                                "memory_mb": 65536, "local_gb": 100}]},
+                    extra="[filter_scheduler]\nenabled_filters = ComputeFilter,RamFilter,"
+                          "CoreFilter,DiskFilter\n")
+    try:
+        daemon.start()
+        tree = fake_host.copy_tree("gpu_host", str(tmp_path))
+        configs = tmp_path / "provider_config"
+        configs.mkdir()
+        (configs / "rack.yaml").write_text(PROVIDER_YAML)
+        agent = Agent(tmp_path, daemon, tree, services.RABBIT_URL)
+        text = agent.config.read_text().replace("cpu_dedicated_set = 4-7,12-15\n", "")
+        agent.config.write_text(text.replace("cpu_shared_set = 0-3,8-11", "cpu_shared_set = 0-7")
+                                + f"[agent]\nenabled_vgpu_types = nvidia-223\n"
+                                  f"provider_config_location = {configs}\n")
+
+        def report():
+            out = subprocess.run([sys.executable, "-m", "scheduler.cmd.agent", "--once",
+                                  "--config-file", str(agent.config)], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stdout + out.stderr
+
+        report()
+        api = daemon.api(timeout=10)
+        host = api.show_host(None, "ft-agent")
+        assert {"CUSTOM_RACK_A", "HW_CPU_HYPERTHREADING", "HW_CPU_X86_AVX512F",
+                "HW_CPU_X86_AESNI"} <= set(host["traits"])
+        assert host["resources"]["CUSTOM_LICENSED_WINDOWS"]["total"] == 2
+        gpus = {p["name"]: p for p in host["providers"]}
+        assert sorted(gpus) == [T4_A, T4_B]
+        assert {n: (p["uuid"], p["parent"], p["resources"]["VGPU"]["total"], p["traits"])
+                for n, p in gpus.items()} == {
+            T4_A: (mdev.provider_uuid(T4_A), "ft-agent", 8,
+                   ["CUSTOM_LOW_LATENCY", "CUSTOM_VGPU_NVIDIA_223"]),
+            # 6 available + 2 created on it
+            T4_B: (mdev.provider_uuid(T4_B), "ft-agent", 8, ["CUSTOM_VGPU_NVIDIA_223"])}
+        node_uuid = host["uuid"]
+
+        # -- a vGPU: on the agent's host, held by one of its GPUs ---------------------------
+        with pytest.raises(exception.NoValidHost) as e:
+            api.select_destinations(None, dict(_flavor({"resources:VGPU": "1"}),
+                                               force_hosts=["fc00"]), dry_run=True)
+        assert "VGPU" in str(e.value)
+        vgpu = api.select_destinations(None, _flavor({"resources:VGPU": "1"}))[0][0]
+        assert vgpu["host"] == "ft-agent"
+        [(gpu_uuid, held)] = [(u, a) for u, a in vgpu["allocations"].items() if u != node_uuid]
+        assert gpu_uuid in {mdev.provider_uuid(T4_A), mdev.provider_uuid(T4_B)}
+        assert held == {"VGPU": 1} and "VGPU" not in vgpu["allocations"][node_uuid]
+
+        # -- vGPUs on the GPU the provider config marks: all from T4_A ----------------------
+        low = api.select_destinations(None, dict(
+            _flavor({"resources1:VGPU": "1", "trait1:CUSTOM_LOW_LATENCY": "required"}),
+            num_instances=3))
+        assert [s[0]["allocations"].get(mdev.provider_uuid(T4_A)) for s in low] == \
+            [{"VGPU": 1}] * 3
+
+        # -- the operator's custom class: from the node's root, two at most -----------------
+        windows = _flavor({"resources:CUSTOM_LICENSED_WINDOWS": "1",
+                           "trait:CUSTOM_RACK_A": "required"})
+        licensed = [api.select_destinations(None, windows)[0][0] for _ in range(2)]
+        for placed in licensed:
+            assert placed["host"] == "ft-agent"
+            assert placed["allocations"][node_uuid]["CUSTOM_LICENSED_WINDOWS"] == 1
+        with pytest.raises(exception.NoValidHost) as e:
+            api.select_destinations(None, windows, dry_run=True)
+        assert "CUSTOM_LICENSED_WINDOWS" in str(e.value)
+
+        # -- a CPU flag the agent read from /proc/cpuinfo ----------------------------------
+        avx512 = api.select_destinations(
+            None, _flavor({"trait:HW_CPU_X86_AVX512F": "required"}), dry_run=True)
+        assert avx512[0][0]["host"] == "ft-agent"
+
+        # -- the next report keeps the providers (same uuids) and what they hold ------------
+        report()
+        host = api.show_host(None, "ft-agent")
+        used = {p["uuid"]: p["resources"]["VGPU"]["used"] for p in host["providers"]}
+        by_gpu = {mdev.provider_uuid(T4_A): 3, mdev.provider_uuid(T4_B): 0}
+        by_gpu[gpu_uuid] += 1
+        assert used == by_gpu
+        assert host["resources"]["CUSTOM_LICENSED_WINDOWS"]["used"] == 2
+        assert not host["disabled"]
+
+        # -- the GPU holding vGPUs leaves the mdev bus: kept, and the host disabled -----------
+        held_a = by_gpu[mdev.provider_uuid(T4_A)]
+        link = os.path.join(tree, "sys", "class", "mdev_bus", "0000:3b:00.0")
+        target = os.readlink(link)
+        os.unlink(link)
+        report()
+        host = api.show_host(None, "ft-agent")
+        assert host["disabled"]
+        assert host["disabled_reason"] == f"capacity below usage: VGPU of {T4_A} 0 < {held_a} used"
+        kept = {p["name"]: p["resources"]["VGPU"] for p in host["providers"]}
+        assert (kept[T4_A]["total"], kept[T4_A]["used"]) == (0, held_a)
+        os.symlink(target, link)
+        report()
+        host = api.show_host(None, "ft-agent")
+        assert not host["disabled"] and host["disabled_reason"] is None
+
+        for placed in [vgpu, *(s[0] for s in low), *licensed]:
+            assert api.release(None, placed["instance_uuid"]) is True
+        daemon.assert_consistent()
+    finally:
         daemon.stop()
         daemon.close()

@@ -34,7 +34,7 @@ def _raw_call(daemon, method, **kwargs):
     """Send exactly ``kwargs`` (no client-side checks), as a foreign client with
     the service role might."""
     daemon.api()  # makes the transport
-    client = rpc.get_client(daemon._transport, daemon.topic, timeout=30)
+    client = rpc.get_client(daemon.transport(), daemon.topic, timeout=30)
     return client.call({"roles": ["service"]}, method, **kwargs)
 
 

@@ -75,6 +75,9 @@ def test_sigterm_during_load_loses_no_claim(make_daemon, backend, workers):
     for t in threads:
         t.start()
     time.sleep(1.5)
+    deadline = time.monotonic() + 60        # a loaded machine answers later
+    while not replied and not failed and time.monotonic() < deadline:
+        time.sleep(0.1)
     in_flight_before = len(replied)
     assert d.stop() == 0, d.log_tail()              # drained, exit 0
     stop.set()

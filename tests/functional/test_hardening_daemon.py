@@ -155,7 +155,7 @@ def test_admin_topic_splits_the_api_on_the_real_broker(tmp_path):
         d.start()
         compute = d.api()
         admin = SchedulerAPI(compute.conf, transport=compute.transport, topic=admin_topic,
-                             timeout=30)
+                             timeout=30, exchange=f"admin_{d.exchange}")
         assert compute.select_destinations(None, SMALL, dry_run=True)
         with pytest.raises(exception.InvalidRequest) as caught:
             compute.aggregate_create(None, "evil")

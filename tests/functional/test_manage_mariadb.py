@@ -66,7 +66,8 @@ def test_sample_fleet_on_mariadb(cli, tmp_path):
     rc, _out, err = cli("host", "import", str(path))
     assert rc == 2 and "hosts[3] (compute-004): memory_mb: expected an integer > 0" in err
     rc, out, _err = cli("host", "show", "compute-001", "--json")
-    assert json.loads(out)["vcpus"] == 32
+    shown = json.loads(out)
+    assert (shown["vcpus"], shown["pcpus"]) == (16, 16)       # 16 of its 32 CPUs dedicated
 
     rc, out, _err = cli("host", "delete", "compute-010")
     assert rc == 0

@@ -9,6 +9,7 @@ from oslo_config import cfg
 
 from numa.topology import FittedTopology, HostTopology
 from scheduler import simulate
+from scheduler.filter_scheduler import group_key
 from scheduler.host_manager import HostManager
 from tools.bench import check as bench_check
 from tools.bench import fleet as bench_fleet
@@ -78,7 +79,8 @@ def test_usage_is_already_on_the_fleet():
              for a in fleet.allocations if a["numa_cells"]]
     assert 1 in cells and 2 in cells
     assert {s["uuid"] for s in fleet.server_groups} == {
-        u for u, g in fleet.groups.items() if g["policy"] in ("affinity", "anti-affinity")}
+        group_key("bench", u) for u, g in fleet.groups.items()
+        if g["policy"] in ("affinity", "anti-affinity")}
 
 
 def test_load_gives_one_host_state_per_host_and_counts_pci_pools(loaded):
@@ -93,7 +95,7 @@ def test_load_gives_one_host_state_per_host_and_counts_pci_pools(loaded):
         fleet.counts()["numa_hosts"]
     assert sum(len(h.instances) for h in hosts) == len(fleet.allocations)
     for uuid, g in fleet.groups.items():
-        assert sum(hm.group_hosts(uuid).values()) == len(g["members"])
+        assert sum(hm.group_hosts(group_key("bench", uuid)).values()) == len(g["members"])
 
 
 def test_loaded_fleet_is_valid(loaded):

@@ -11,6 +11,7 @@ from oslo_config import cfg
 
 from db import models
 from pci import request as pci_request
+from scheduler.filter_scheduler import group_key
 from scheduler.request_spec import RequestSpec
 from tools.bench import check as bench_check
 from tools.bench import fleet as bench_fleet
@@ -135,7 +136,7 @@ def _insert(db, node_id: int, uuid: str, vcpus: int, memory_mb: int = 512,
     with db.writer_connection() as conn:
         conn.execute(sa.insert(_alloc).values(
             instance_uuid=uuid, compute_node_id=node_id, vcpus=vcpus, memory_mb=memory_mb,
-            disk_mb=0, numa_cells=numa_cells, instance_group=group,
+            disk_mb=0, numa_cells=numa_cells, instance_group=group_key(None, group),
             created_at=models.utcnow()))
         conn.execute(sa.update(_cn).where(_cn.c.id == node_id).values(
             vcpus_used=_cn.c.vcpus_used + vcpus, memory_mb_used=_cn.c.memory_mb_used + memory_mb,

@@ -82,7 +82,7 @@ def check(db: Database, exp: Expectations | None = None) -> list[str]:
         allocs = list(conn.execute(sa.select(
             _alloc.c.instance_uuid, _alloc.c.compute_node_id, _alloc.c.vcpus,
             _alloc.c.memory_mb, _alloc.c.disk_mb, _alloc.c.numa_cells,
-            _alloc.c.pci_devices, _alloc.c.instance_group)).mappings())
+            _alloc.c.pci_devices, _alloc.c.instance_group, _alloc.c.project_id)).mappings())
         devices = list(conn.execute(sa.select(
             _pci.c.compute_node_id, _pci.c.address, _pci.c.parent_addr, _pci.c.status,
             _pci.c.instance_uuid)).mappings())
@@ -206,14 +206,22 @@ def _pinning(nodes, allocs) -> list[str]:
 
 
 def _groups(nodes, allocs, policies) -> list[str]:
+    """``policies`` by group UUID; members are stored under their project's key
+    of the group (``scheduler.filter_scheduler.group_key``)."""
+    from scheduler.filter_scheduler import group_key
+
+    projects = {a["project_id"] for a in allocs}
+    uuid_of = {group_key(p, g): g for g in policies for p in projects}
+    policies = {key: policies[g] for key, g in uuid_of.items()}
     out = []
     hosts_of = collections.defaultdict(collections.Counter)
     for a in allocs:
         if a["instance_group"]:
             node = nodes.get(a["compute_node_id"])
             hosts_of[a["instance_group"]][node["host"] if node else "?"] += 1
-    for group, counts in hosts_of.items():
-        policy, max_per_host = policies.get(group, (None, None))
+    for key, counts in hosts_of.items():
+        policy, max_per_host = policies.get(key, (None, None))
+        group = uuid_of.get(key, key)
         if policy == "affinity" and len(counts) > 1:
             out.append(f"affinity group {group} spans hosts {sorted(counts)}")
         elif policy == "anti-affinity":

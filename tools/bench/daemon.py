@@ -41,7 +41,8 @@ class Daemon:
     """``berth-scheduler`` as a subprocess with a throwaway config and topic."""
 
     def __init__(self, db_url: str, workers: int, plugins: Plugins, workdir: str,
-                 concurrency: str = "eventlet") -> None:
+                 concurrency: str = "eventlet", config_extra: str = "") -> None:
+        """``config_extra``: more config text (sections of their own)."""
         self.tag = uuidlib.uuid4().hex[:8]
         self.topic = f"berth-bench-{self.tag}"
         self.workdir = workdir
@@ -72,7 +73,7 @@ weight_classes = {",".join(plugins.weighers)}
 
 [pci]
 {aliases}
-""")
+{config_extra}""")
         self.proc: subprocess.Popen | None = None
         self.ready_s: float | None = None     # start until the first ping answered
 
@@ -157,12 +158,12 @@ def e2e_available() -> str | None:
 
 @contextlib.contextmanager
 def running_daemon(db_url: str, workers: int, plugins: Plugins, workdir: str,
-                   start_timeout: float, concurrency: str = "eventlet"
-                   ) -> Iterator[tuple[Daemon, Any]]:
+                   start_timeout: float, concurrency: str = "eventlet",
+                   config_extra: str = "") -> Iterator[tuple[Daemon, Any]]:
     """A started daemon and a client on its topic; stopped afterwards."""
     from scheduler.rpcapi import SchedulerAPI
 
-    daemon = Daemon(db_url, workers, plugins, workdir, concurrency)
+    daemon = Daemon(db_url, workers, plugins, workdir, concurrency, config_extra)
     started = time.monotonic()
     daemon.start()
     api = ping = None

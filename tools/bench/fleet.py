@@ -37,6 +37,7 @@ from db.api import Database
 from numa import fitting, request, usage
 from numa.topology import HostTopology
 from pci import device as pci_device
+from scheduler.filter_scheduler import group_key
 
 COMPUTE_BINARY = "berth-compute"
 MYSQL_URL = os.environ.get("BERTH_BENCH_MYSQL_URL", "mysql+pymysql://root:@127.0.0.1:3306")
@@ -468,7 +469,7 @@ def _add_groups(rng: random.Random, nodes: list[dict], allocs: list[dict], size:
             groups[uuid] = {"policy": policy, "max_server_per_host": max_per_host,
                             "members": member_uuids}
             if policy in ("affinity", "anti-affinity"):
-                rows.append({"uuid": uuid, "generation": 0})
+                rows.append({"uuid": group_key("bench", uuid), "generation": 0})
     return groups, rows
 
 
@@ -483,7 +484,7 @@ def _add_allocation(node: dict, allocs: list, inst: str, flavor: tuple[int, int,
     allocs.append({"instance_uuid": inst, "compute_node_id": node["id"], "vcpus": vcpus,
                    "memory_mb": memory_mb, "disk_mb": disk_mb, "numa_cells": numa_cells,
                    "pci_devices": pci_devices, "project_id": "bench", "user_id": "bench",
-                   "instance_group": group, "request_spec": None})
+                   "instance_group": group_key("bench", group), "request_spec": None})
 
 
 # -- loading ------------------------------------------------------------------------------

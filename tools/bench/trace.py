@@ -56,6 +56,10 @@ _IMAGES = ({"hw_architecture": "x86_64"}, {"hw_architecture": "x86_64", "img_hv_
                                                    "hw_vm_mode": "hvm"},
            {"img_hv_requested_version": "<6.0", "hw_architecture": "x86_64"})
 
+#: The project of every server group of a bench fleet and of the requests that
+#: name one (groups are their project's own).
+GROUP_PROJECT = "bench"
+
 
 def _uuid(rng: random.Random) -> str:
     return str(uuidlib.UUID(int=rng.getrandbits(128), version=4))
@@ -152,6 +156,7 @@ class _Gen:
             policy = {"group-affinity": "affinity", "group-anti-affinity": "anti-affinity",
                       "group-soft": rng.choice(("soft-affinity", "soft-anti-affinity"))}[kind]
             req["instance_group"] = self.group(policy)
+            req["project_id"] = GROUP_PROJECT      # a group is its project's own
             n = rng.choice((1, 1, 2, 3))
         elif kind == "multi":
             n = rng.choice((2, 3, 5, 10))

@@ -8,11 +8,19 @@ with two PFs (81:00.0 with VFs 81:02.0-2, 81:00.1 without VFs), a GPU at
 ``small_no_numa``: 4 CPUs, no node directory, 8 GB, no PCI devices.
 ``offline_cpus``: CPUs 0-7 present, 6-7 offline; node 0 has CPUs 0-5 and
 16 GiB, node 1 has 4 GiB and no CPUs.
+``gpu_host``: 1 socket x 4 cores x 2 threads (CPUs 0-7, siblings n and n+4),
+NUMA node 0 with 64 GiB, an Ice Lake CPU (AVX-512, AES, SHA...), and three
+GPUs on the mdev bus: two NVIDIA T4s (3b:00.0 offers nvidia-222/223/230 as
+16/8/4 vGPUs; 5e:00.0 holds two nvidia-223 mdevs and offers 6 more of that
+type, none of the others) and an Intel GPU at 00:02.0 (i915-GVTg_V5_4: 2,
+i915-GVTg_V5_8: 4); a SATA controller that is not on the mdev bus.
 """
 from __future__ import annotations
 
 import os
 import shutil
+
+import yaml
 
 from scheduler.agent import host, kernel, pci
 
@@ -48,3 +56,19 @@ def copy_tree(name: str, dest: str) -> str:
     target = os.path.join(dest, name)
     shutil.copytree(os.path.join(TREES, name), target, symlinks=True)
     return target
+
+
+def provider_yaml(windows: dict | None = None, gpu: str | None = None,
+                  gpu_adds: dict | None = None) -> str:
+    """A provider config file: the node gets CUSTOM_LICENSED_WINDOWS (``windows``,
+    default 8) and CUSTOM_RACK_A; the provider named ``gpu`` gets ``gpu_adds``
+    (default the trait CUSTOM_LOW_LATENCY)."""
+    providers = [{"identification": {"uuid": "$COMPUTE_NODE"},
+                  "inventories": {"additional": [
+                      {"CUSTOM_LICENSED_WINDOWS": windows or {"total": 8}}]},
+                  "traits": {"additional": ["CUSTOM_RACK_A"]}}]
+    if gpu is not None:
+        providers.append({"identification": {"name": gpu},
+                          **(gpu_adds or {"traits": {"additional": ["CUSTOM_LOW_LATENCY"]}})})
+    return yaml.safe_dump({"meta": {"schema_version": "1.0"}, "providers": providers},
+                          sort_keys=False)

@@ -120,3 +120,82 @@ def test_a_qemu_without_a_version_falls_back_to_the_option(tmp_path):
     assert data["warnings"] == [f"hypervisor version: {qemu} --version printed no version "
                                 f"(exit 1: qemu: cannot open /dev/kvm); using [agent] "
                                 f"hypervisor_version"]
+
+
+# -- the ledger: traits, vGPUs, provider config files ----------------------------------------
+
+GPU_CONFIG = fake_host.provider_yaml()
+
+
+def _gpu_config(tmp_path, provider_yaml=GPU_CONFIG, extra=""):
+    configs = tmp_path / "provider_config"
+    configs.mkdir(exist_ok=True)
+    (configs / "rack.yaml").write_text(provider_yaml)
+    return _config(tmp_path, tree="gpu_host", extra=f"""[agent]
+provider_config_location = {configs}
+enabled_vgpu_types = nvidia-223,i915-GVTg_V5_8
+[vgpu_nvidia-223]
+traits = CUSTOM_T4
+[vgpu_nvidia-35]
+device_addresses = 0000:3b:00.0
+[compute]
+cpu_dedicated_set =
+cpu_shared_set = 1-3,5-7
+{extra}""")
+
+
+def test_dry_run_shows_the_ledger(tmp_path):
+    out = _agent("--dry-run", "--config-file", _gpu_config(tmp_path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    traits = next(line for line in lines if line.startswith("traits ")).split()[1:]
+    assert traits[:3] == ["CUSTOM_RACK_A", "HW_CPU_HYPERTHREADING", "HW_CPU_X86_ABM"]
+    assert {"HW_CPU_X86_AVX512F", "HW_CPU_X86_AESNI", "HW_CPU_X86_SSE3"} <= set(traits)
+    assert f"inventories (besides the fields above) CUSTOM_LICENSED_WINDOWS:8 (from " \
+           f"{tmp_path}/provider_config/rack.yaml: providers[0])" in lines
+    rows = {line.split()[0]: line.split() for line in lines if line.startswith("compute-7_pci")}
+    assert sorted(rows) == ["compute-7_pci_0000_00_02_0", "compute-7_pci_0000_3b_00_0",
+                            "compute-7_pci_0000_5e_00_0"]
+    assert rows["compute-7_pci_0000_5e_00_0"][2:5] == ["VGPU:8", "CUSTOM_T4",
+                                                      "CUSTOM_VGPU_NVIDIA_223"]
+    assert " ".join(rows["compute-7_pci_0000_5e_00_0"][5:]) == \
+        "nvidia-223 (GRID T4-2B): 6 available + 2 created"
+    assert rows["compute-7_pci_0000_00_02_0"][2:4] == ["VGPU:4", "CUSTOM_VGPU_I915_GVTG_V5_8"]
+    assert "warning: [vgpu_nvidia-35]: vGPU type nvidia-35 is not in [agent] " \
+           "enabled_vgpu_types; section ignored" in lines
+
+
+def test_dry_run_json_has_the_ledger(tmp_path):
+    out = _agent("--dry-run", "--json", "--config-file", _gpu_config(tmp_path))
+    assert out.returncode == 0, out.stderr
+    node = json.loads(out.stdout)["node"]
+    assert "CUSTOM_RACK_A" in node["traits"]
+    assert node["inventories"]["CUSTOM_LICENSED_WINDOWS"]["total"] == 8
+    assert [(p["name"], p["inventories"], p["traits"]) for p in node["providers"]] == [
+        ("compute-7_pci_0000_00_02_0", {"VGPU": {"total": 4}}, ["CUSTOM_VGPU_I915_GVTG_V5_8"]),
+        ("compute-7_pci_0000_3b_00_0", {"VGPU": {"total": 8}},
+         ["CUSTOM_T4", "CUSTOM_VGPU_NVIDIA_223"]),
+        ("compute-7_pci_0000_5e_00_0", {"VGPU": {"total": 8}},
+         ["CUSTOM_T4", "CUSTOM_VGPU_NVIDIA_223"])]
+
+
+def test_a_bad_provider_config_file_stops_the_agent_before_it_reports(tmp_path):
+    """Not a dry run, not --once: the agent would report forever; a bad file stops it
+    at once, naming the file and the field (the broker is never asked)."""
+    bad = GPU_CONFIG.replace("CUSTOM_LICENSED_WINDOWS", "VCPU")
+    out = _agent("--config-file", _gpu_config(tmp_path, bad))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr == (
+        f"berth-agent: provider config {tmp_path}/provider_config/rack.yaml: "
+        f"providers[0].inventories.additional[0].VCPU: VCPU is a standard resource class: "
+        f"only CUSTOM_ resource classes may be added here (the agent reports the standard "
+        f"ones)\n")
+
+
+def test_a_bad_vgpu_option_stops_the_agent(tmp_path):
+    out = _agent("--config-file", _gpu_config(
+        tmp_path, extra="[vgpu_i915-GVTg_V5_8]\ndevice_addresses = 0000:3b:00.0\n"
+                        "[vgpu_nvidia-223]\ndevice_addresses = 0000:5e:00.0,0000:3b:00.0\n"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "vgpu_i915-GVTg_V5_8.device_addresses[0]" in out.stderr
+    assert "also listed by [vgpu_nvidia-223]" in out.stderr

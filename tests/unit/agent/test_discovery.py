@@ -113,6 +113,9 @@ def test_two_socket_smt_report_with_pinning_and_sriov():
                      "features": INTEL_FLAGS,
                      "topology": {"sockets": 2, "cores": 4, "threads": 2}},
         "supported_instances": [["x86_64", "kvm", "hvm"]],
+        # The host's CPU flags and SMT as traits (vmx: the generic and Intel's).
+        "traits": ["HW_CPU_HYPERTHREADING", "HW_CPU_X86_AVX", "HW_CPU_X86_AVX2",
+                   "HW_CPU_X86_INTEL_VMX", "HW_CPU_X86_SSE42", "HW_CPU_X86_VMX"],
         "numa_topology": {"cells": [
             {"id": 0, "socket": 0, "cpuset": [1, 2, 3, 9, 10, 11], "pcpuset": [],
              "siblings": [[1, 9], [2, 10], [3, 11]], "memory_mb": 65536,
@@ -185,6 +188,9 @@ def test_small_host_without_numa():
         "reserved_host_memory_mb": 0, "reserved_host_disk_mb": 0,
         "hypervisor_type": "QEMU", "hypervisor_version": None,
         "supported_instances": [["x86_64", "kvm", "hvm"]],
+        # One thread per core: no HW_CPU_HYPERTHREADING; svm: generic and AMD's.
+        "traits": ["HW_CPU_X86_AMD_SVM", "HW_CPU_X86_AVX2", "HW_CPU_X86_SSE42",
+                   "HW_CPU_X86_SVM"],
         # No node directory: one cell with all the CPUs, the host's memory and the
         # huge pages of /sys/kernel/mm/hugepages.
         "numa_topology": {"cells": [

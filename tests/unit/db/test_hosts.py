@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from db import aggregates as db_aggregates
 from db import hosts as db_hosts
 from db import models
-from db import pci as db_pci
 from pci.pools import PoolKey
 from scheduler import exception, fleet
+from tests import ledger
 
 DEFAULTS = {"cpu_allocation_ratio": 4.0, "ram_allocation_ratio": 1.0,
             "disk_allocation_ratio": 1.0}
@@ -70,27 +70,20 @@ def devices(db, host: str) -> dict[str, tuple]:
 
 def place(db, host: str, instance_uuid: str, pin_cell: int | None = None,
           claim_vf: bool = False) -> None:
-    """What a claim does: an allocation row, usage counters, NUMA usage, a device."""
-    with db.writer() as s:
-        node = s.scalars(sa.select(models.ComputeNode).where(
-            models.ComputeNode.host == host, models.ComputeNode.deleted == 0)).one()
-        s.add(models.Allocation(instance_uuid=instance_uuid, compute_node_id=node.id,
-                                vcpus=2, memory_mb=2048, disk_mb=20480))
-        node.vcpus_used += 2
-        node.memory_mb_used += 2048
-        node.disk_mb_used += 20480
-        node.running_vms += 1
-        if pin_cell is not None:
-            topo = json.loads(node.numa_topology)
-            cell = topo["cells"][pin_cell]
-            cell["pinned_cpus"] = cell["pcpuset"][:2]
-            cell["memory_usage"] = 2048
-            cell["mempages"][-1]["used"] = 4
-            node.numa_topology = json.dumps(topo)
-        if claim_vf:
-            db_pci.claim_devices(
-                s.connection(), node.id, instance_uuid,
-                [("req-1", PoolKey("8086", "154c", "type-VF", 0, "physnet1"), 1)])
+    """What a claim writes (``db.claims``): 2 VCPU, 2048 MB and 20 GB of the
+    root provider, the NUMA usage of two pinned CPUs on ``pin_cell``, a VF."""
+    node = node_row(db, host)
+    record = {}
+    if pin_cell is not None:
+        topo = json.loads(node.numa_topology)
+        cell = topo["cells"][pin_cell]
+        cell["pinned_cpus"] = cell["pcpuset"][:2]
+        cell["memory_usage"] = 2048
+        cell["mempages"][-1]["used"] = 4
+        record["numa_topology"] = json.dumps(topo)
+    if claim_vf:
+        record["pci_picks"] = (("req-1", PoolKey("8086", "154c", "type-VF", 0, "physnet1"), 1),)
+    ledger.hold(db, node.id, instance_uuid, **record)
 
 
 def snapshot(db) -> dict:
@@ -107,8 +100,10 @@ def test_import_creates_hosts_devices_and_aggregates_without_heartbeats(any_db):
     assert result.created == ["compute-001", "compute-002"]
     assert result.aggregates_created == ["az1", "ssd"]
     n1 = node_row(any_db, "compute-001")
-    assert (n1.vcpus, n1.memory_mb, n1.local_gb, n1.cpu_allocation_ratio) == (8, 65536, 500,
-                                                                                4.0)
+    resources = db_hosts.get_host(any_db, "compute-001")["resources"]
+    # 4 of its 8 CPUs are dedicated (pcpuset): PCPU; the other 4 VCPU
+    assert {rc: (inv["total"], inv["allocation_ratio"]) for rc, inv in resources.items()} == {
+        "VCPU": (4, 4.0), "PCPU": (4, 1.0), "MEMORY_MB": (65536, 1.0), "DISK_GB": (500, 1.0)}
     assert n1.hypervisor_hostname == "compute-001" and n1.generation == 0
     assert json.loads(n1.numa_topology)["cells"][1]["pcpuset"] == [6, 7]
     assert devices(any_db, "compute-001") == {a: ("available", None) for a in (
@@ -150,16 +145,19 @@ def test_reimport_keeps_allocations_usage_numa_usage_and_claimed_devices(any_db)
     assert any("kept" in w for w in result.warnings)
 
     after = node_row(any_db, "compute-001")
-    assert (after.vcpus, after.memory_mb, after.cpu_allocation_ratio) == (12, 98304, 2.0)
-    assert (after.vcpus_used, after.memory_mb_used, after.disk_mb_used,
-            after.running_vms) == (2, 2048, 20480, 1)
+    resources = db_hosts.get_host(any_db, "compute-001")["resources"]
+    assert {rc: (inv["total"], inv["allocation_ratio"], inv["used"])
+            for rc, inv in resources.items()} == {
+        "VCPU": (8, 2.0, 2), "PCPU": (4, 1.0, 0), "MEMORY_MB": (98304, 1.0, 2048),
+        "DISK_GB": (500, 1.0, 20)}
+    assert after.running_vms == 1
     assert after.generation > before.generation and after.updated_at > before.updated_at
     cell0 = json.loads(after.numa_topology)["cells"][0]
     assert cell0["memory_mb"] == 49152
     assert cell0["pinned_cpus"] == [2, 3] and cell0["memory_usage"] == 2048
     assert {p["size_kb"]: p["used"] for p in cell0["mempages"]}[2048] == 4
     with any_db.reader() as s:
-        assert s.scalar(sa.select(sa.func.count()).select_from(models.Allocation)) == 1
+        assert s.scalar(sa.select(sa.func.count()).select_from(models.Consumer)) == 1
     now = devices(any_db, "compute-001")
     assert now[next(iter(claimed))] == ("claimed", "inst-1")
 
@@ -170,6 +168,7 @@ def test_numa_layout_change_refused_while_in_use(sqlite_db):
     before = snapshot(sqlite_db)
     data = fleet_data()
     data["hosts"][0]["numa_topology"]["cells"][1]["pcpuset"] = [6]
+    data["hosts"][0]["numa_topology"]["cells"][1]["siblings"] = []
     data["hosts"][1]["vcpus"] = 32  # would change too: the whole import rolls back
     with pytest.raises(exception.Conflict, match="compute-001: numa_topology: .*cell"):
         do_import(sqlite_db, data)
@@ -224,7 +223,8 @@ def test_list_and_get_host(any_db):
     assert [h["host"] for h in hosts] == ["compute-001", "compute-002"]
     h1 = hosts[0]
     assert h1["local_gb_used"] == 20 and h1["vcpus_used"] == 2
-    assert h1["free"] == {"vcpus": 30, "memory_mb": 63488, "local_gb": 480}
+    assert h1["free"] == {"vcpus": 14, "memory_mb": 63488, "local_gb": 480}
+    assert h1["traits"] == ["HW_CPU_HYPERTHREADING"] and h1["providers"] == []
     assert h1["availability_zone"] == "az1" and h1["aggregates"] == ["az1", "ssd"]
     assert h1["allocations"] == 1
     assert h1["pci_devices"]["total"] == 3 and h1["pci_devices"]["available"] == 1
@@ -248,7 +248,11 @@ def test_delete_host_refused_with_allocations_unless_forced(any_db):
         row = s.get(models.ComputeNode, node.id)
         assert row.deleted == row.id and row.deleted_at is not None
         assert row.generation == node.generation + 1
+        assert s.scalar(sa.select(sa.func.count()).select_from(models.Consumer)) == 0
         assert s.scalar(sa.select(sa.func.count()).select_from(models.Allocation)) == 0
+        assert s.scalar(sa.select(sa.func.count()).select_from(
+            models.ResourceProvider).where(
+            models.ResourceProvider.compute_node_id == node.id)) == 0
     assert [h["host"] for h in db_hosts.list_hosts(any_db)] == ["compute-002"]
     assert db_aggregates.get_aggregate(any_db, "az1")["hosts"] == []
     # Importing it again makes a new node.

@@ -92,7 +92,7 @@ def test_reimport_of_many_hosts_changes_only_what_changed(sqlite_db):
         bumped = name in ("c0003", "c0006")
         assert (new.generation == old.generation + 1) is bumped, name
         assert (new.updated_at > old.updated_at) is bumped, name
-    assert node_row(sqlite_db, "c0003").vcpus == 64
+    assert db_hosts.get_host(sqlite_db, "c0003")["resources"]["VCPU"]["total"] == 64
 
 
 def test_aggregate_membership_and_metadata_diffed_in_bulk(sqlite_db):

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 from db import claims, models
 from db import hosts as db_hosts
 from scheduler import fleet as fleet_mod
+from tests import ledger
 
 _cn = models.ComputeNode.__table__
 
@@ -19,11 +20,7 @@ def _one_host(db) -> int:
 
 
 def _claim(db, node_id: int, uuid: str) -> claims.ClaimResult:
-    with db.reader_connection() as conn:
-        gen = conn.execute(sa.select(_cn.c.generation).where(_cn.c.id == node_id)).scalar_one()
-    return claims.claim(db, claims.ClaimRecord(instance_uuid=uuid, node_id=node_id,
-                                               seen_generation=gen, vcpus=1,
-                                               memory_mb=512, disk_mb=1024))
+    return ledger.hold(db, node_id, uuid, {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1})
 
 
 def _uuid(i: int) -> str:
@@ -32,9 +29,9 @@ def _uuid(i: int) -> str:
 
 def _usage(db, node_id: int) -> tuple[int, int]:
     with db.reader_connection() as conn:
-        row = conn.execute(sa.select(_cn.c.vcpus_used, _cn.c.running_vms)
-                           .where(_cn.c.id == node_id)).one()
-    return tuple(row)
+        running = conn.execute(sa.select(_cn.c.running_vms)
+                               .where(_cn.c.id == node_id)).scalar_one()
+    return ledger.used(db, node_id)["VCPU"], running
 
 
 def test_claims_reuse_one_kept_connection(any_db):
@@ -64,9 +61,9 @@ def test_conflict_keeps_the_connection_and_changes_nothing(any_db):
     _claim(any_db, node, _uuid(1))
     kept = any_db._kept[0]
     try:
-        claims.claim(any_db, claims.ClaimRecord(instance_uuid=_uuid(2), node_id=node,
-                                                seen_generation=-5, vcpus=1, memory_mb=1,
-                                                disk_mb=1))
+        claims.claim(any_db, claims.ClaimRecord(
+            instance_uuid=_uuid(2), node_id=node, seen_generation=-5,
+            items=((ledger.root_provider(any_db, node), "VCPU", 1),)))
     except claims.ClaimConflict:
         pass
     else:
@@ -87,7 +84,7 @@ def test_claim_survives_a_killed_kept_connection(mariadb_db):
     assert _usage(mariadb_db, node) == (2, 2)
     assert mariadb_db._kept[0] is not victim
     with mariadb_db.reader_connection() as conn:
-        uuids = set(conn.execute(sa.select(models.Allocation.__table__.c.instance_uuid))
+        uuids = set(conn.execute(sa.select(models.Consumer.__table__.c.uuid))
                     .scalars())
     assert uuids == {_uuid(1), _uuid(2)}
 
@@ -139,9 +136,8 @@ def test_a_release_does_not_delete_the_spec_a_claim_is_using(mariadb_db, monkeyp
     with mariadb_db.reader_connection() as conn:
         node, other = conn.execute(sa.select(_cn.c.id).order_by(_cn.c.host)).scalars()
     # the request's first instance went to the other host
-    first = claims.claim(mariadb_db, claims.ClaimRecord(
-        instance_uuid=_uuid(1), node_id=other, seen_generation=0, vcpus=1, memory_mb=512,
-        disk_mb=1024, request_spec='{"flavor": {"vcpus": 1}}'))
+    first = ledger.hold(mariadb_db, other, _uuid(1), {"VCPU": 1},
+                        request_spec='{"flavor": {"vcpus": 1}}')
     spec_id = first.request_spec_id
     assert spec_id is not None
     real_hot_writer = mariadb_db.hot_writer
@@ -171,14 +167,15 @@ def test_a_release_does_not_delete_the_spec_a_claim_is_using(mariadb_db, monkeyp
 
     monkeypatch.setattr(mariadb_db, "hot_writer", hot_writer)
     second = claims.claim(mariadb_db, claims.ClaimRecord(
-        instance_uuid=_uuid(2), node_id=node, seen_generation=0, vcpus=1, memory_mb=512,
-        disk_mb=1024, request_spec_id=spec_id))
+        instance_uuid=_uuid(2), node_id=node, seen_generation=0,
+        items=((ledger.root_provider(mariadb_db, node), "VCPU", 1),),
+        request_spec_id=spec_id))
     releaser.join(30)
     assert not releaser.is_alive()
     assert second.request_spec_id == spec_id
-    a, s = models.Allocation.__table__, models.RequestSpecRow.__table__
+    a, s = models.Consumer.__table__, models.RequestSpecRow.__table__
     with mariadb_db.reader_connection() as conn:
-        assert conn.execute(sa.select(a.c.instance_uuid, a.c.request_spec_id)).all() == \
+        assert conn.execute(sa.select(a.c.uuid, a.c.request_spec_id)).all() == \
             [(_uuid(2), spec_id)]
         assert conn.execute(sa.select(s.c.id)).scalars().all() == [spec_id]
     assert _usage(mariadb_db, node) == (1, 1) and _usage(mariadb_db, other) == (0, 0)

@@ -22,10 +22,7 @@ PF1 = "0000:82:00.0"
 
 def add_node(db, name: str) -> int:
     with db.writer() as s:
-        row = models.ComputeNode(uuid=str(uuid.uuid4()), host=name, hypervisor_hostname=name,
-                                 vcpus=8, memory_mb=8192, local_gb=100,
-                                 cpu_allocation_ratio=1.0, ram_allocation_ratio=1.0,
-                                 disk_allocation_ratio=1.0)
+        row = models.ComputeNode(uuid=str(uuid.uuid4()), host=name, hypervisor_hostname=name)
         s.add(row)
         s.flush()
         return row.id

@@ -33,6 +33,7 @@ from scheduler import rpc  # noqa: E402
 from scheduler.filter_scheduler import FilterScheduler, load_filters  # noqa: E402
 from scheduler.host_manager import HostManager  # noqa: E402
 from scheduler.manager import SchedulerManager  # noqa: E402
+from tests import ledger  # noqa: E402
 from tests.slow_filter import SlowTestFilter  # noqa: E402
 
 HOSTS = 3000
@@ -116,9 +117,8 @@ def main(path: str, mode: str) -> dict:
         t.wait()
     with db.reader_connection() as conn:
         out["allocations"] = conn.execute(sa.select(sa.func.count()).select_from(
-            models.Allocation.__table__)).scalar_one()
-        out["vcpus_used"] = conn.execute(sa.select(
-            sa.func.sum(models.ComputeNode.vcpus_used))).scalar()
+            models.Consumer.__table__)).scalar_one()
+        out["vcpus_used"] = ledger.total_used(db)
         out["request_specs"] = conn.execute(sa.select(sa.func.count()).select_from(
             models.RequestSpecRow.__table__)).scalar_one()
     cached = sum(h.vcpus_used for h in scheduler.host_manager.host_states())

@@ -17,6 +17,7 @@ from scheduler import fleet as fleet_mod
 from scheduler.filter_scheduler import FilterScheduler
 from scheduler.host_manager import HostManager
 from scheduler.request_spec import MAX_PCI_REQUESTS, RequestSpec
+from tests import ledger
 
 FLAVOR = {"vcpus": 4, "memory_mb": 1024, "root_gb": 1}
 
@@ -136,9 +137,8 @@ def _sched(db, conf, n=4):
 def _usage(db):
     with db.reader_connection() as conn:
         allocs = conn.execute(sa.select(sa.func.count()).select_from(
-            models.Allocation.__table__)).scalar_one()
-        used = conn.execute(sa.select(sa.func.sum(models.ComputeNode.vcpus_used))).scalar()
-    return allocs, used
+            models.Consumer.__table__)).scalar_one()
+    return allocs, ledger.total_used(db)
 
 
 def test_instances_times_hosts_cap(sqlite_db, conf):

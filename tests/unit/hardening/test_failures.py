@@ -10,7 +10,8 @@ from oslo_config import cfg
 
 from scheduler import exception, rpc
 from scheduler.cmd import scheduler as cmd_scheduler
-from scheduler.manager import UnknownMethods
+from scheduler.endpoints.topics import UnknownMethods
+from scheduler.manager import RPC_API_VERSION
 from scheduler.request_spec import RequestSpec
 from scheduler.rpcapi import SchedulerAPI
 from scheduler.service import SchedulerService
@@ -81,7 +82,7 @@ def test_unexpected_errors_become_internal_error_without_details(daemon, caplog)
     assert logged and ctxt.request_id in logged[0].getMessage()
     assert logged[0].exc_info is not None
     # and the worker goes on answering
-    assert daemon.ping()["version"] == "1.1"
+    assert daemon.ping()["version"] == RPC_API_VERSION
 
 
 def test_select_still_works_after_a_fault(daemon):

@@ -9,6 +9,7 @@ import pytest
 from oslo_config import cfg
 
 from scheduler import exception, rpc
+from scheduler.manager import RPC_API_VERSION
 from scheduler.rpcapi import SchedulerAPI
 from scheduler.service import SchedulerService
 from tests.unit.scheduler.test_manager import HOST, SPEC, FakeScheduler
@@ -37,7 +38,7 @@ def test_the_client_sends_each_call_to_its_topic(split):
     assert api.aggregate_create(None, "a1")["name"] == "a1"
     assert [h["host"] for h in api.list_hosts(None)] == [HOST["host"]]
     assert api.select_destinations(None, SPEC)[0][0]["host"] == "compute-001"
-    assert api.ping()["version"] == "1.1"
+    assert api.ping()["version"] == RPC_API_VERSION
 
 
 @pytest.mark.parametrize("method, kwargs", [
@@ -65,7 +66,7 @@ def test_admin_topic_refuses_compute_calls(split, method, kwargs):
     with pytest.raises(exception.InvalidRequest) as caught:
         admin_only._call(None, method, **kwargs)
     assert caught.value.field == "method"
-    assert admin_only.ping()["version"] == "1.1"
+    assert admin_only.ping()["version"] == RPC_API_VERSION
 
 
 def test_one_topic_when_admin_topic_is_unset(sqlite_db):

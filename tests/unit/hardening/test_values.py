@@ -274,9 +274,9 @@ def test_duplicate_address_in_a_report_is_refused(rpc, sqlite_db):
 
 
 @pytest.mark.parametrize("change, what", [
-    ({"vcpus": 1}, "vcpus"), ({"memory_mb": 512}, "memory_mb"),
-    ({"local_gb": 1}, "disk_mb"), ({"reserved_host_cpus": 8}, "vcpus"),
-    ({"cpu_allocation_ratio": 0.1}, "vcpus"),
+    ({"vcpus": 1}, "VCPU"), ({"memory_mb": 512}, "MEMORY_MB"),
+    ({"local_gb": 1}, "DISK_GB"), ({"reserved_host_cpus": 8}, "VCPU"),
+    ({"cpu_allocation_ratio": 0.1}, "VCPU"),
 ])
 def test_report_below_usage_is_flagged_never_silently_accepted(rpc, sqlite_db, change, what):
     """The report is the truth about the hardware, so it is stored; the host is
@@ -300,7 +300,7 @@ def _spec_rows(db):
     with db.reader_connection() as conn:
         specs = conn.execute(sa.select(models.RequestSpecRow.spec)).scalars().all()
         inline = conn.execute(sa.select(sa.func.count()).where(
-            models.Allocation.request_spec.is_not(None))).scalar_one()
+            models.Consumer.request_spec.is_not(None))).scalar_one()
     return specs, inline
 
 
@@ -339,7 +339,7 @@ def test_refused_multi_instance_request_leaves_no_spec(rpc, sqlite_db):
 
 
 def _orphan_specs(db) -> int:
-    specs, allocs = models.RequestSpecRow, models.Allocation
+    specs, allocs = models.RequestSpecRow, models.Consumer
     with db.reader_connection() as conn:
         return conn.execute(sa.select(sa.func.count()).select_from(specs).where(
             ~sa.exists().where(allocs.request_spec_id == specs.id))).scalar_one()

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 from oslo_config import cfg
 
-from scheduler import testing
+from db import inventory
+from scheduler import provider_tree, testing
 from scheduler.cycle import weigh_multiplier
 from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, HostState
@@ -44,14 +45,71 @@ def aggregate(metadata: Mapping[str, str] | None = None, *, name: str | None = N
                          metadata=dict(metadata or {}), hosts=frozenset(hosts))
 
 
+#: The classic capacity and usage keywords ``fake_host`` turns into the root
+#: provider's inventories and usage, with their defaults.
+CLASSIC = {"vcpus": 8, "memory_mb": 16384, "local_gb": 100, "vcpus_used": 0,
+           "memory_mb_used": 0, "disk_mb_used": 0, "cpu_allocation_ratio": 1.0,
+           "ram_allocation_ratio": 1.0, "disk_allocation_ratio": 1.0, "reserved_host_cpus": 0,
+           "reserved_host_memory_mb": 0, "reserved_host_disk_mb": 0, "pcpus_used": 0}
+
+
+def ledger(state: HostState, classic: Mapping[str, Any], traits=(), inventories=None,
+           used=None, providers=()) -> None:
+    """Give ``state`` the tree a stored node with these fields would have: the
+    classic keywords as classes (``db.inventory.node_inventories``, PCPU from the
+    NUMA topology's pcpusets), ``inventories`` ({class: Inventory or its dict})
+    over them, ``used`` ({class: amount}) of the root, and child ``providers``
+    (dicts with ``traits``, ``inventories`` and ``used``)."""
+    c = dict(CLASSIC, **classic)
+    topology = state.numa_topology
+    dedicated = sum(len(cell.pcpuset) for cell in topology.cells) if topology else 0
+    invs = inventory.node_inventories(
+        vcpus=c["vcpus"], memory_mb=c["memory_mb"], local_gb=c["local_gb"],
+        cpu_allocation_ratio=c["cpu_allocation_ratio"],
+        ram_allocation_ratio=c["ram_allocation_ratio"],
+        disk_allocation_ratio=c["disk_allocation_ratio"],
+        reserved_host_cpus=c["reserved_host_cpus"],
+        reserved_host_memory_mb=c["reserved_host_memory_mb"],
+        reserved_host_disk_mb=c["reserved_host_disk_mb"], dedicated_cpus=dedicated)
+    for rc, inv in (inventories or {}).items():
+        if isinstance(inv, Mapping):
+            inv = inventory.Inventory.from_primitive(dict(inv), rc)
+        if inv.total:
+            invs[rc] = inv
+        else:
+            invs.pop(rc, None)
+    root_used = {inventory.VCPU: c["vcpus_used"], inventory.MEMORY_MB: c["memory_mb_used"],
+                 inventory.DISK_GB: inventory.disk_gb(c["disk_mb_used"]),
+                 inventory.PCPU: c["pcpus_used"]}
+    root_used.update(used or {})
+    shapes = [provider_tree.provider(invs, traits)]
+    usage_of = {(0, rc): n for rc, n in root_used.items()}
+    for i, child in enumerate(providers, start=1):
+        child_invs = {rc: (inventory.Inventory.from_primitive(dict(v), rc)
+                           if isinstance(v, Mapping) else v)
+                      for rc, v in (child.get("inventories") or {}).items()}
+        shapes.append(provider_tree.provider(child_invs, child.get("traits", ()),
+                                             parent=child.get("parent", 0)))
+        for rc, n in (child.get("used") or {}).items():
+            usage_of[(i, rc)] = n
+    tree = provider_tree.tree_of(shapes)
+    usage = tuple(usage_of.get(slot, 0) for slot in tree.slots)
+    ids = tuple((state.node_id * 100 + i, f"{state.uuid or state.host}-rp{i}",
+                 state.nodename if i == 0 else f"{state.nodename}-child{i}")
+                for i in range(len(shapes)))
+    state.set_providers(tree, usage, ids)
+
+
 def fake_host(host: str = "host1", nodename: str | None = None, *,
               aggregates: list | tuple = (), default_az: str | None = "nova",
+              traits=(), inventories=None, used=None, providers=(),
               **attrs: Any) -> HostState:
-    """A HostState with roomy defaults (8 vCPUs, 16 GiB, 100 GB, up, enabled)."""
+    """A HostState with roomy defaults (8 vCPUs, 16 GiB, 100 GB, up, enabled).
+
+    The classic keywords (``vcpus``, ``memory_mb_used``, ``cpu_allocation_ratio``,
+    ...) set the root provider's inventories and usage, as ``ledger`` says."""
     state = HostState(next(_ids), host, nodename or host)
-    state.vcpus = 8
-    state.memory_mb = 16384
-    state.local_gb = 100
+    classic = {k: attrs.pop(k) for k in list(attrs) if k in CLASSIC}
     state.hypervisor_type = "QEMU"
     state.hypervisor_version = 8002000
     state.supported_instances = [("x86_64", "kvm", "hvm")]
@@ -60,6 +118,7 @@ def fake_host(host: str = "host1", nodename: str | None = None, *,
         if not hasattr(state, key) and key not in HostState.__slots__:
             raise AttributeError(f"HostState has no attribute {key}")
         setattr(state, key, value)
+    ledger(state, classic, traits, inventories, used, providers)
     aggs = tuple(a if isinstance(a, AggregateInfo) else aggregate(a) for a in aggregates)
     state.set_aggregates(aggs, default_az)
     return state

@@ -34,30 +34,68 @@ def compute(host, r: RequestContext):
     return None
 
 
-def ram(host, r, ratio=None):
-    ratio = host.ram_allocation_ratio if ratio is None else ratio
-    limit = (host.memory_mb - host.reserved_host_memory_mb) * ratio
-    if host.memory_mb_used + r.spec.memory_mb > limit:
-        return f"insufficient RAM: need {r.spec.memory_mb} MB"
+def _one_class(host, r, rc: str, text: str, ratio=None):
+    """A class of the request's unnumbered group against the root provider's
+    inventory of it, written out (RamFilter, CoreFilter, DiskFilter)."""
+    group = r.spec.resources.unnumbered
+    need = group.amount(rc) if group is not None else 0
+    if not need:
+        return None
+    inv = host.inventory(rc)
+    if inv is None:
+        return text.format(need)
+    ratio = inv.allocation_ratio if ratio is None else ratio
+    if not (inv.min_unit <= need <= inv.max_unit) or need % inv.step_size:
+        return text.format(need)
+    if host.used(rc) + need > (inv.total - inv.reserved) * ratio:
+        return text.format(need)
     return None
+
+
+def ram(host, r, ratio=None):
+    return _one_class(host, r, "MEMORY_MB", "insufficient RAM: need {} MB", ratio)
 
 
 def core(host, r, ratio=None):
-    ratio = host.cpu_allocation_ratio if ratio is None else ratio
-    limit = (host.vcpus - host.reserved_host_cpus) * ratio
-    v = r.spec.vcpus
-    if v > host.vcpus or host.vcpus_used + v > limit:
-        return f"insufficient vCPUs: need {v}"
-    return None
+    return _one_class(host, r, "VCPU", "insufficient vCPUs: need {}", ratio)
 
 
 def disk(host, r, ratio=None):
-    ratio = host.disk_allocation_ratio if ratio is None else ratio
-    limit = (host.local_gb * 1024 - host.reserved_host_disk_mb) * ratio
-    d = r.spec.disk_mb
-    if d > host.local_gb * 1024 or host.disk_mb_used + d > limit:
-        return f"insufficient disk: need {d} MB"
-    return None
+    return _one_class(host, r, "DISK_GB", "insufficient disk: need {} GB", ratio)
+
+
+def resources(views):
+    """ResourcesFilter on nodes without child providers, for a request of one
+    unnumbered group: root traits, then each class on the root (those a view
+    filter checks left to it), in the product's order of reasons."""
+    def check(host, r):
+        request = r.spec.resources
+        assert not request.numbered and not host.tree.nested
+        group = request.unnumbered
+        if group is None:
+            return None
+        for trait in sorted(group.required):
+            if trait not in host.traits:
+                return f"lacks trait {trait}"
+        for trait in sorted(group.forbidden):
+            if trait in host.traits:
+                return f"has forbidden trait {trait}"
+        for rc, need in group.resources:
+            if rc in views:
+                continue
+            inv = host.inventory(rc)
+            if inv is None:
+                return f"no {rc} inventory"
+            if need < inv.min_unit:
+                return f"{rc} {need} below min_unit"
+            if need > inv.max_unit:
+                return f"{rc} {need} above max_unit"
+            if need % inv.step_size:
+                return f"{rc} {need} not a multiple of step_size"
+            if host.used(rc) + need > (inv.total - inv.reserved) * inv.allocation_ratio:
+                return f"insufficient {rc}: need {need}"
+        return None
+    return check
 
 
 def _count_limit(attr: str, option: str, text: str, aggregate: bool):
@@ -289,7 +327,14 @@ def select(hosts: Sequence, spec, filters, weighers, conf, now, group_hosts,
            instance_nodes) -> Outcome:
     """What the scheduler must decide for ``spec`` on ``hosts`` (nothing changes:
     earlier instances are consumed on copies)."""
-    rules = request_rules(spec) + [(f.name, filter_rule(f)) for f in filters]
+    views = {"RamFilter": "MEMORY_MB", "AggregateRamFilter": "MEMORY_MB",
+             "CoreFilter": "VCPU", "AggregateCoreFilter": "VCPU",
+             "DiskFilter": "DISK_GB", "AggregateDiskFilter": "DISK_GB"}
+    skip = {views[f.name] for f in filters if f.name in views}
+    # The product runs ResourcesFilter as a built-in step after the
+    # configured filters (cheap host-level filters prune first).
+    rules = request_rules(spec) + [(f.name, filter_rule(f)) for f in filters] + \
+        [("ResourcesFilter", resources(skip))]
     group = spec.instance_group.uuid if spec.instance_group else spec.scheduler_hints.group
     view = list(hosts)
     counts = dict(group_hosts)
@@ -314,6 +359,7 @@ def select(hosts: Sequence, spec, filters, weighers, conf, now, group_hosts,
         from scheduler.host_state import Consumed
 
         copy = h.copy()
+        copy.usage = _consumed(h, spec, fit)
         copy.apply(spec, Consumed(node_id=h.node_id,
                                   numa_fitted=fit.numa_fitted if fit else None,
                                   pci_picks=fit.pci_picks if fit else ()))
@@ -323,6 +369,18 @@ def select(hosts: Sequence, spec, filters, weighers, conf, now, group_hosts,
         if group:
             counts[h.host] = counts.get(h.host, 0) + 1
     return Outcome(placed)
+
+
+def _consumed(host, spec, fit) -> tuple[int, ...]:
+    """The root's usage after the request: its unnumbered amounts, PCPU as the
+    host CPUs the NUMA fit pins."""
+    usage = list(host.usage)
+    group = spec.resources.unnumbered
+    for rc, amount in (group.resources if group is not None else ()):
+        if rc == "PCPU" and fit is not None and fit.numa_fitted is not None:
+            amount = sum(len(c.host_cpus) for c in fit.numa_fitted.cells)
+        usage[host.tree.slot_of[(0, rc)]] += amount
+    return tuple(usage)
 
 
 __all__ = ["Outcome", "select", "weigh", "filter_rule", "VECTOR_RULES", "WEIGHT_RULES"

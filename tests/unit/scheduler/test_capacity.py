@@ -48,7 +48,7 @@ def scheduler():
 
 def allocations(db) -> int:
     with db.reader() as s:
-        return s.scalar(sa.select(sa.func.count()).select_from(models.Allocation))
+        return s.scalar(sa.select(sa.func.count()).select_from(models.Consumer))
 
 
 def one_by_one(sched, data) -> int:

@@ -26,7 +26,7 @@ from db import models
 from scheduler import exception
 from scheduler import fleet as fleet_mod
 from scheduler.cycle import _kth_largest
-from scheduler.filter_scheduler import FilterScheduler
+from scheduler.filter_scheduler import FilterScheduler, group_key
 from scheduler.host_manager import HostManager
 from tests.unit.scheduler import reference
 
@@ -115,6 +115,7 @@ def _fleet(rng, n):
                             "cpu.frequency": rng.choice([2000, 3000])}
         if model in ("general", "nfv"):
             h["vcpus"] = 32
+            h["memory_mb"] = 32768          # what its two 16 GB cells hold
             h["numa_topology"] = _numa(rng, smt=rng.random() < 0.7)
         if model == "nfv":
             h["pci_devices"] = _pci(rng)
@@ -258,9 +259,10 @@ def _replay(db, conf, seed: int, n_hosts: int, steps: int) -> int:
         hm.refresh()
         named = spec.scheduler_hints.same_host + spec.scheduler_hints.different_host
         want = reference.select(hm.host_states(), spec, sched.filters, sched.weighers, conf,
-                                models.utcnow(), hm.group_hosts(
-                                    spec.instance_group.uuid if spec.instance_group
-                                    else None), hm.instance_nodes(named))
+                                models.utcnow(), hm.group_hosts(group_key(
+                                    spec.project_id, spec.instance_group.uuid
+                                    if spec.instance_group else None)),
+                                hm.instance_nodes(named))
         where = (seed, step, spec.to_primitive(), dry)
         # A real claim of a VF also takes its PF out of the pools (the database
         # knows the parent; pools do not), which the reference's in-memory

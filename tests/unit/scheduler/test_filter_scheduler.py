@@ -42,8 +42,8 @@ def _req(sched, vcpus=1, ram=1024, disk=10, **kw):
 
 def _allocations(db):
     with db.reader_connection() as conn:
-        return {r.instance_uuid: r.compute_node_id
-                for r in conn.execute(sa.select(models.Allocation))}
+        return {r.uuid: r.compute_node_id
+                for r in conn.execute(sa.select(models.Consumer))}
 
 
 TWO_HOSTS = [{"host": "a", "vcpus": 4, "memory_mb": 4096, "local_gb": 100},
@@ -176,7 +176,7 @@ def test_claim_guard_in_sql_refuses_over_capacity(sqlite_db, conf):
     with pytest.raises(claims.ClaimConflict):
         claims.claim(sqlite_db, claims.ClaimRecord(
             instance_uuid=U[0], node_id=hs.node_id, seen_generation=hs.generation,
-            vcpus=5, memory_mb=1, disk_mb=1))
+            items=((hs.providers[0][0], "VCPU", 5), (hs.providers[0][0], "MEMORY_MB", 1))))
     assert _allocations(sqlite_db) == {}
 
 

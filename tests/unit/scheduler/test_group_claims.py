@@ -20,10 +20,12 @@ from db import claims, models
 from db import hosts as db_hosts
 from scheduler import exception, simulate
 from scheduler import fleet as fleet_mod
-from scheduler.filter_scheduler import FilterScheduler
+from scheduler.filter_scheduler import FilterScheduler, group_key
 from scheduler.host_manager import HostManager
 
 GROUP = "6a1e0a10-0000-4000-8000-000000000001"
+#: What the members of GROUP (requests without a project) are stored under.
+STORED = group_key(None, GROUP)
 
 
 @pytest.fixture
@@ -69,11 +71,11 @@ def _req(sched, policy: str, force_nodes=(), **rules):
 
 
 def _members_per_host(db) -> collections.Counter:
-    alloc, cn = models.Allocation.__table__, models.ComputeNode.__table__
+    alloc, cn = models.Consumer.__table__, models.ComputeNode.__table__
     with db.reader_connection() as conn:
         rows = conn.execute(sa.select(cn.c.host).select_from(
             alloc.join(cn, cn.c.id == alloc.c.compute_node_id))
-            .where(alloc.c.instance_group == GROUP)).all()
+            .where(alloc.c.instance_group == STORED)).all()
     return collections.Counter(r[0] for r in rows)
 
 
@@ -123,11 +125,11 @@ def test_group_conflict_refusal_is_typed_and_names_the_group(any_db, conf):
     s.select_destinations(_req(s, "anti-affinity"))
     spec = _req(s, "anti-affinity")
     node = next(h for h in s.host_manager.host_states() if not h.instances)
-    with pytest.raises(claims.GroupPolicyConflict, match=GROUP):
+    with pytest.raises(claims.GroupPolicyConflict, match=STORED):
         claims.claim(any_db, claims.ClaimRecord(
             instance_uuid="6a1e0a10-0000-4000-8000-0000000000ff", node_id=node.node_id,
-            seen_generation=node.generation, vcpus=1, memory_mb=1, disk_mb=0,
-            instance_group=GROUP, group_policy="anti-affinity", host="x"))
+            seen_generation=node.generation, items=((node.providers[0][0], "VCPU", 1),),
+            instance_group=STORED, group_policy="anti-affinity", host="x"))
     assert spec.instance_group.uuid == GROUP
     assert sum(_members_per_host(any_db).values()) == 1     # nothing was written
 

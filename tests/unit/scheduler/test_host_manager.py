@@ -104,8 +104,10 @@ def test_refresh_survives_a_lost_database_connection(mariadb_db, conf, caplog,  
         victim_conn.commit()
     with mariadb_db.writer_connection() as conn:
         conn.exec_driver_sql(f"KILL {int(victim)}")
-        cn = models.ComputeNode.__table__
-        conn.execute(sa.update(cn).values(memory_mb=8192, generation=cn.c.generation + 1,
+        cn, inv = models.ComputeNode.__table__, models.ProviderInventory.__table__
+        conn.execute(sa.update(inv).where(inv.c.resource_class == "MEMORY_MB")
+                     .values(total=8192, max_unit=8192))
+        conn.execute(sa.update(cn).values(generation=cn.c.generation + 1,
                                           updated_at=models.utcnow()))
     with caplog.at_level("INFO", logger="scheduler.host_manager"):
         hm.refresh()        # reconnects and reads the change
@@ -157,12 +159,13 @@ def test_probe_sees_commits_made_after_it_last_ran(any_db, conf):  # noqa: F811
     db_hosts.import_fleet(any_db, fleet_mod.load_fleet(
         {"hosts": [{"host": "h1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10}]}))
     hm = HostManager(any_db, conf)
-    cn = models.ComputeNode.__table__
+    cn, inv = models.ComputeNode.__table__, models.ProviderInventory.__table__
     for memory in (5000, 6000, 7000):
         hm.refresh()
         with any_db.writer_connection() as conn:
-            conn.execute(sa.update(cn).values(memory_mb=memory,
-                                              generation=cn.c.generation + 1,
+            conn.execute(sa.update(inv).where(inv.c.resource_class == "MEMORY_MB")
+                         .values(total=memory, max_unit=memory))
+            conn.execute(sa.update(cn).values(generation=cn.c.generation + 1,
                                               updated_at=models.utcnow()))
         hm.refresh()
         assert hm.hosts_named("h1")[0].memory_mb == memory

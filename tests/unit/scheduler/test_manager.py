@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from db import models
 from scheduler import exception, rpc
-from scheduler.manager import SchedulerManager
+from scheduler.manager import RPC_API_VERSION, SchedulerManager
 from scheduler.request_spec import RequestSpec
 
 SPEC = {"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 10}}
@@ -231,7 +231,7 @@ def test_aggregate_membership_arguments(manager):
 
 def test_ping(manager):
     info = manager.ping(CTX)
-    assert info["version"] == "1.1" and info["backend"] == "threading"
+    assert info["version"] == RPC_API_VERSION and info["backend"] == "threading"
 
 
 def test_a_database_that_does_not_answer_is_a_typed_retryable_error(tmp_path, caplog):
@@ -251,7 +251,7 @@ def test_a_database_that_does_not_answer_is_a_typed_retryable_error(tmp_path, ca
     report = {"host": "c1", "vcpus": 4, "memory_mb": 4096, "local_gb": 10}
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
-    caplog.set_level(logging.DEBUG, logger="scheduler.manager")
+    caplog.set_level(logging.DEBUG, logger="scheduler.endpoints.rpc_method")
     try:
         for _ in range(3):
             with pytest.raises(exception.ServiceUnavailable) as err:
@@ -275,10 +275,10 @@ def test_a_call_in_flight_when_the_outage_began_does_not_end_it(caplog):
     outage, not one more each time such a call lands (seen in the fault suite)."""
     import logging
 
-    from scheduler import manager as manager_mod
+    from scheduler.endpoints import rpc_method
 
-    caplog.set_level(logging.INFO, logger="scheduler.manager")
-    outage = manager_mod._Outage()
+    caplog.set_level(logging.INFO, logger="scheduler.endpoints.rpc_method")
+    outage = rpc_method.Outage()
     in_flight = time.monotonic()
     outage.failed(RuntimeError("gone"))
     outage.answered(in_flight)
@@ -294,7 +294,7 @@ def test_a_call_in_flight_when_the_outage_began_does_not_end_it(caplog):
 def test_other_database_errors_stay_faults(sqlite_db, caplog):
     """A broken statement is a bug, not an outage: logged with its traceback and
     answered as an InternalError, not as ServiceUnavailable."""
-    from scheduler import manager as manager_mod
+    from scheduler.endpoints import rpc_method
 
     class Broken(FakeScheduler):
         def release(self, instance_uuid):
@@ -302,5 +302,5 @@ def test_other_database_errors_stay_faults(sqlite_db, caplog):
     endpoint = Direct(SchedulerManager(sqlite_db, Broken()))
     with pytest.raises(exception.InternalError):
         endpoint.release(CTX, U1)
-    assert manager_mod._OUTAGE.since is None
+    assert rpc_method.OUTAGE.since is None
     assert any(r.exc_info for r in caplog.records if "Unexpected error" in r.getMessage())

@@ -92,11 +92,11 @@ def test_capacity_below_usage_disables_until_it_fits(manager):
     # Accepted as the truth about the hardware, but the host is marked.
     assert (shrunk["vcpus"], shrunk["memory_mb"]) == (4, 8192)
     assert (shrunk["vcpus_used"], shrunk["memory_mb_used"]) == (6, 12288)
-    assert shrunk["warnings"] == ["capacity below usage: vcpus 4 < 6 used",
-                                  "capacity below usage: memory_mb 8192 < 12288 used"]
+    assert shrunk["warnings"] == ["capacity below usage: MEMORY_MB 8192 < 12288 used",
+                                  "capacity below usage: VCPU 4 < 6 used"]
     assert shrunk["disabled"] is True
-    assert shrunk["disabled_reason"] == ("capacity below usage: vcpus 4 < 6 used; "
-                                         "memory_mb 8192 < 12288 used")
+    assert shrunk["disabled_reason"] == ("capacity below usage: MEMORY_MB 8192 < 12288 "
+                                         "used; VCPU 4 < 6 used")
     with pytest.raises(exception.NoValidHost):
         _place(manager)
     # Still short on the next report: still disabled, same reason.
@@ -111,27 +111,33 @@ def test_an_operators_reason_is_not_replaced(manager):
     _place(manager, vcpus=6)
     manager.report_compute_node(CTX, dict(HOST, disabled=True, disabled_reason="rma"))
     shrunk = manager.report_compute_node(CTX, dict(HOST, vcpus=2))
-    assert shrunk["warnings"] == ["capacity below usage: vcpus 2 < 6 used"]
+    assert shrunk["warnings"] == ["capacity below usage: VCPU 2 < 6 used"]
     assert (shrunk["disabled"], shrunk["disabled_reason"]) == (True, "rma")
     back = manager.report_compute_node(CTX, HOST)
     assert (back["disabled"], back["disabled_reason"]) == (True, "rma")
 
 
-def test_huge_pages_below_usage_are_flagged():
+def test_huge_pages_below_usage_are_flagged(sqlite_db):
+    import sqlalchemy as sa
+
+    from scheduler import fleet
     cell = {"id": 0, "cpuset": [0, 1], "memory_mb": 4096,
             "mempages": [{"size_kb": 4, "total": 1000}, {"size_kb": 2048, "total": 8}]}
-    node = models.ComputeNode(
-        vcpus_used=0, memory_mb_used=0, disk_mb_used=0,
-        numa_topology=('{"cells": [{"id": 0, "cpuset": [0, 1], "memory_mb": 4096, '
-                       '"memory_usage": 3072, "mempages": [{"size_kb": 2048, "total": 8, '
-                       '"used": 6}]}]}'))
-    from scheduler import fleet
-    rec = fleet.parse_host(dict(HOST, numa_topology={"cells": [
-        dict(cell, memory_mb=2048, mempages=[{"size_kb": 2048, "total": 4}])]}))
-    assert db_hosts.capacity_shortfalls(node, rec) == [
-        "NUMA cell 0 memory_mb 2048 < 3072 used", "NUMA cell 0 2048 kB pages 4 < 6 used"]
-    same = fleet.parse_host(dict(HOST, numa_topology={"cells": [cell]}))
-    assert db_hosts.capacity_shortfalls(node, same) == []
+    with sqlite_db.writer() as session:
+        db_hosts.upsert_host(session, fleet.parse_host(dict(HOST, numa_topology={
+            "cells": [cell]})))
+    with sqlite_db.writer() as session:
+        node = session.scalars(sa.select(models.ComputeNode)).one()
+        node.numa_topology = ('{"cells": [{"id": 0, "cpuset": [0, 1], "memory_mb": 4096, '
+                              '"memory_usage": 3072, "mempages": [{"size_kb": 2048, '
+                              '"total": 8, "used": 6}]}]}')
+        session.flush()
+        rec = fleet.parse_host(dict(HOST, numa_topology={"cells": [
+            dict(cell, memory_mb=2048, mempages=[{"size_kb": 2048, "total": 4}])]}))
+        assert db_hosts.capacity_shortfalls(node, rec) == [
+            "NUMA cell 0 memory_mb 2048 < 3072 used", "NUMA cell 0 2048 kB pages 4 < 6 used"]
+        same = fleet.parse_host(dict(HOST, numa_topology={"cells": [cell]}))
+        assert db_hosts.capacity_shortfalls(node, same) == []
 
 
 def test_a_claimed_device_is_never_dropped(manager, sqlite_db):

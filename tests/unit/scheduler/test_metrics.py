@@ -283,12 +283,12 @@ def test_fleet_totals_match_a_per_host_count():
     rng = np.random.default_rng(7)
     hosts = []
     for i in range(60):
-        h = fake_host(f"h{i}", vcpus=int(rng.integers(4, 64)),
-                      memory_mb=int(rng.integers(1, 64)) * 1024,
+        vcpus, memory = int(rng.integers(4, 64)), int(rng.integers(1, 64)) * 1024
+        h = fake_host(f"h{i}", vcpus=vcpus, memory_mb=memory,
+                      vcpus_used=int(rng.integers(0, vcpus)),
+                      memory_mb_used=int(rng.integers(0, memory)),
                       disabled=bool(rng.random() < 0.2))
         h.availability_zone = ("az1", "az2", "az3")[i % 3]
-        h.vcpus_used = int(rng.integers(0, h.vcpus))
-        h.memory_mb_used = int(rng.integers(0, h.memory_mb))
         if rng.random() < 0.3:
             h.last_heartbeat = h.last_heartbeat.replace(year=2000)   # down
         hosts.append(h)

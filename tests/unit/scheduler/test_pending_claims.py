@@ -30,7 +30,7 @@ FLEET = {"hosts": [{"host": f"c{i}", "vcpus": 8, "memory_mb": 16384, "local_gb":
                    for i in range(3)]}
 ONE = {"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 10}, "project_id": "pa"}
 TWO = dict(ONE, num_instances=2)
-_alloc = models.Allocation.__table__
+_alloc = models.Consumer.__table__
 _cn = models.ComputeNode.__table__
 
 
@@ -59,8 +59,11 @@ def rows(db) -> dict[str, bool]:
 
 
 def vcpus_used(db) -> int:
+    """VCPU handed out over every node."""
+    inv = models.ProviderInventory.__table__
     with db.reader_connection() as conn:
-        return conn.execute(sa.select(sa.func.sum(_cn.c.vcpus_used))).scalar_one()
+        return conn.execute(sa.select(sa.func.coalesce(sa.func.sum(inv.c.used), 0)).where(
+            inv.c.resource_class == "VCPU")).scalar_one()
 
 
 def place(sched, spec, **kw) -> list[str]:

@@ -39,8 +39,8 @@ def sched(sqlite_db):
 
 def _allocations(db):
     with db.reader_connection() as conn:
-        return conn.execute(sa.select(models.Allocation.__table__.c.instance_uuid,
-                                      models.Allocation.__table__.c.compute_node_id)).all()
+        return conn.execute(sa.select(models.Consumer.__table__.c.uuid,
+                                      models.Consumer.__table__.c.compute_node_id)).all()
 
 
 def test_a_retry_of_a_placed_request_returns_its_placements(sqlite_db, sched):
@@ -138,7 +138,7 @@ def test_a_retry_when_its_own_claims_filled_the_fleet(sqlite_db):
 
 
 def _pending(db) -> dict[str, bool]:
-    a = models.Allocation.__table__
+    a = models.Consumer.__table__
     with db.reader_connection() as conn:
         return {u: bool(p) for u, p in conn.execute(sa.select(a.c.instance_uuid, a.c.pending))}
 

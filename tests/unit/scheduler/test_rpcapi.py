@@ -10,6 +10,7 @@ import pytest
 from oslo_config import cfg
 
 from scheduler import exception, rpc
+from scheduler.manager import RPC_API_VERSION
 from scheduler.rpcapi import SchedulerAPI
 from scheduler.service import SchedulerService
 from tests.unit.scheduler.test_manager import SPEC, FakeScheduler
@@ -47,7 +48,7 @@ def daemon(sqlite_db, request):
 
 def test_calls_reach_the_endpoint(daemon):
     _, api, scheduler = daemon
-    assert api.ping()["version"] == "1.1"
+    assert api.ping()["version"] == RPC_API_VERSION
     result = api.select_destinations(None, SPEC, return_alternates=True)
     assert [s["host"] for s in result[0]] == ["compute-001", "compute-002"]
     host = api.report_compute_node(None, {"host": "h1", "vcpus": 4, "memory_mb": 4096,
@@ -68,7 +69,7 @@ def test_errors_arrive_as_the_same_types(daemon):
         api.select_destinations(None, {"flavor": {"vcpus": "x", "memory_mb": 1,
                                                   "root_gb": 1}})
     assert e.value.field == "flavor.vcpus"
-    assert e.value.message == "Invalid request: flavor.vcpus: expected an integer, got 'x'"
+    assert e.value.message == "Invalid request: flavor.vcpus: expected an integer > 0, got 'x'"
     with pytest.raises(exception.NoValidHost) as e:
         api.select_destinations(None, {"flavor": {"vcpus": 100, "memory_mb": 1,
                                                   "root_gb": 1}})

@@ -92,14 +92,15 @@ def test_each_step_checks_only_the_hosts_it_touched_and_the_end_checks_all(monke
 
 def test_broken_invariant_on_an_untouched_host_is_caught_by_the_final_check(sqlite_db):
     db_hosts.import_fleet(sqlite_db, fleet.load_fleet({"hosts": HOSTS}))
+    inv, rp = models.ProviderInventory.__table__, models.ResourceProvider.__table__
     with sqlite_db.writer() as s:
-        s.execute(sa.update(models.ComputeNode).where(models.ComputeNode.host == "h2")
-                  .values(vcpus_used=3))
+        s.execute(sa.update(inv).where(inv.c.resource_class == "VCPU", inv.c.provider_id.in_(
+            sa.select(rp.c.id).where(rp.c.name == "h2"))).values(used=3))
     assert simulate.check_invariants(sqlite_db, {"h1", "h3"}) == []
     failures = simulate.check_invariants(sqlite_db)
-    assert failures == ["h2: usage (3, 0, 0, 0) != sum of allocations (0, 0, 0, 0)"]
+    assert failures == ["h2: VCPU used 3 != sum of allocations 0"]
     text = simulate.format_table(simulate.ScenarioResult("", [], final_failures=failures))
-    assert "FAIL final check: h2: usage" in text and text.endswith("FAILED")
+    assert "FAIL final check: h2: VCPU used" in text and text.endswith("FAILED")
 
 
 def test_reschedule_by_label_requires_its_fields():

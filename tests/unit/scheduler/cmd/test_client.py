@@ -19,7 +19,8 @@ SEL = {"instance_uuid": "u1", "host": "compute-001", "node": "compute-001",
                       "emulator_threads_policy": None},
        "pci_devices": ["0000:81:02.1"]}
 HOST = {"host": "compute-001", "node": "compute-001", "availability_zone": "az1",
-        "vcpus": 32, "vcpus_used": 2, "memory_mb": 65536, "memory_mb_used": 2048,
+        "vcpus": 32, "vcpus_used": 2, "pcpus": 16, "pcpus_used": 4,
+        "memory_mb": 65536, "memory_mb_used": 2048,
         "local_gb": 100, "local_gb_used": 10, "running_vms": 1,
         "pci_devices": {"total": 4, "available": 3}, "disabled": False,
         "last_seen_up": "2024-01-01T11:59:50"}
@@ -74,6 +75,19 @@ class FakeAPI:
         FakeAPI.seen.append(("remove", name, host, hosts))
         return self._answer({"name": name, "hosts": []})
 
+    def move_instance(self, ctxt, move, return_alternates=False):
+        FakeAPI.seen.append(("move", move))
+        return self._answer([dict(SEL, host="compute-002",
+                                  migration_uuid=move.get("migration_uuid", "m-1"))])
+
+    def confirm_move(self, ctxt, instance_uuid, migration_uuid):
+        FakeAPI.seen.append(("confirm_move", instance_uuid, migration_uuid))
+        return self._answer(True)
+
+    def revert_move(self, ctxt, instance_uuid, migration_uuid):
+        FakeAPI.seen.append(("revert_move", instance_uuid, migration_uuid))
+        return self._answer(True)
+
     def ping(self, ctxt=None):
         return self._answer({"host": "sched1", "pid": 1, "worker": 0,
                              "backend": "eventlet", "version": "1.0"})
@@ -100,8 +114,8 @@ def berth(monkeypatch, capsys, tmp_path):
 def test_select_table_and_json(berth):
     rc, out, _ = berth("select", "REQ", "--alternates")
     assert rc == 0
-    assert out.splitlines()[0].split() == ["INSTANCE", "HOST", "NODE", "VCPUS", "RAM_MB",
-                                           "DISK_MB", "NUMA", "PCI", "WEIGHT"]
+    assert out.splitlines()[0].split() == ["INSTANCE", "HOST", "NODE", "RESOURCES", "NUMA",
+                                           "PCI", "WEIGHT"]
     assert "compute-002" in out and "alternate" in out and "1.235" in out
     # Guest cell on host cell 1, pinned to host CPUs 8 and 9, 2 MiB pages.
     assert "cell1:8,9@2048K" in out and "0000:81:02.1" in out
@@ -171,7 +185,8 @@ def test_release_reschedule_hosts_ping(berth):
     assert "already released" in berth("release", "u2")[1]
     assert "compute-002" in berth("reschedule", "u1", "compute-001")[1]
     rc, out, _ = berth("hosts")
-    assert rc == 0 and "2/32" in out and "3/4" in out
+    assert rc == 0 and "2/32" in out and "4/16" in out and "3/4" in out
+    assert out.splitlines()[0].split()[3:5] == ["VCPUS", "PCPUS"]
     rc, out, _ = berth("host", "show", "compute-001")
     assert "stats:\n  rack: r1" in out
     rc, out, _ = berth("ping")
@@ -215,3 +230,46 @@ def test_aggregate_membership_sends_every_host_in_one_call(berth):
     FakeAPI.error = None
     rc, out, _ = berth("aggregate", "list")
     assert out.splitlines()[2].split() == ["fast", "az1", "2", "ssd=true"]
+
+
+def test_host_show_lists_every_providers_inventories():
+    from scheduler.cmd.client import format_inventories
+
+    host = {"node": "gpu-1", "resources": {
+        "VCPU": {"total": 32, "reserved": 2, "allocation_ratio": 4.0, "used": 6, "free": 114,
+                 "max_unit": 32}},
+        "providers": [{"name": "gpu-1_pci_0000_3b_00_0", "traits": ["CUSTOM_VGPU_A40_8Q"],
+                       "resources": {"VGPU": {"total": 2, "reserved": 0,
+                                              "allocation_ratio": 1.0, "used": 1, "free": 1,
+                                              "max_unit": 2}}}]}
+    lines = format_inventories(host).splitlines()
+    assert lines[0].split() == ["PROVIDER", "CLASS", "TOTAL", "RESERVED", "RATIO", "USED",
+                                "FREE", "MAX_UNIT", "CHILD", "TRAITS"]
+    assert lines[-2].split()[:3] == ["gpu-1", "VCPU", "32"]
+    assert lines[-1].split() == ["gpu-1_pci_0000_3b_00_0", "VGPU", "2", "0", "1.0", "1", "1",
+                                 "2", "CUSTOM_VGPU_A40_8Q"]
+
+
+def test_move_commands_send_the_kind_and_its_options(berth):
+    flavor = berth.tmp / "flavor.json"
+    flavor.write_text(json.dumps({"vcpus": 4, "memory_mb": 8192, "root_gb": 40}))
+    rc, out, _ = berth("resize", "u1", str(flavor), "--migration-uuid", "m-9")
+    assert rc == 0 and "compute-002" in out and "berth confirm-move u1 m-9" in out
+    assert ("move", {"instance_uuid": "u1", "kind": "resize", "migration_uuid": "m-9",
+                     "flavor": {"vcpus": 4, "memory_mb": 8192, "root_gb": 40}}) \
+        in FakeAPI.seen
+    rc, out, _ = berth("live-migrate", "u1", "--destination", "compute-002", "--force",
+                       "--json")
+    assert rc == 0 and json.loads(out)[0]["host"] == "compute-002"
+    assert ("move", {"instance_uuid": "u1", "kind": "live-migrate",
+                     "destination": "compute-002", "force": True}) in FakeAPI.seen
+    rc, out, _ = berth("unshelve", "u1", "REQ", "--availability-zone", "az2")
+    moved = [m for kind, *m in FakeAPI.seen if kind == "move"][-1][0]
+    assert rc == 0 and moved["availability_zone"] == "az2" and moved["request_spec"]["flavor"]
+    assert berth("confirm-move", "u1", "m-9")[0] == 0
+    assert berth("revert-move", "u1", "m-9", "--json")[1].strip().startswith("{")
+    assert ("confirm_move", "u1", "m-9") in FakeAPI.seen
+    assert ("revert_move", "u1", "m-9") in FakeAPI.seen
+    with pytest.raises(SystemExit) as e:      # argparse: the instance is required
+        berth("evacuate")
+    assert e.value.code == 2

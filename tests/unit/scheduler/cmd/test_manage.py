@@ -12,6 +12,7 @@ import yaml
 from db import migration, models
 from db.api import Database
 from scheduler.cmd import manage
+from tests import ledger
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
 SAMPLE = os.path.abspath(os.path.join(ROOT, "etc", "berth", "fleet.sample.yaml"))
@@ -152,16 +153,12 @@ def test_reimport_is_idempotent_and_keeps_allocations_and_claims(cli):
     assert cli("host", "import", path)[0] == 0
     db = Database(cli.url)
     with db.writer() as s:
-        node = s.scalars(sa.select(models.ComputeNode).where(
-            models.ComputeNode.host == "compute-001")).one()
-        s.add(models.Allocation(instance_uuid="inst-1", compute_node_id=node.id, vcpus=2,
-                                memory_mb=1024, disk_mb=10240))
-        node.vcpus_used, node.memory_mb_used, node.disk_mb_used = 2, 1024, 10240
         s.execute(sa.update(models.PciDevice).where(
             models.PciDevice.address == "0000:81:02.0").values(
             status="claimed", instance_uuid="inst-1"))
         s.execute(sa.update(models.PciDevice).where(
             models.PciDevice.address == "0000:81:00.0").values(status="unclaimable"))
+    ledger.hold(db, "compute-001", "inst-1", {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 10})
     db.dispose()
     before = cli.snapshot()
     rc, out, _err = cli("host", "import", path)
@@ -263,8 +260,7 @@ def test_host_delete_refuses_with_allocations_unless_forced(cli):
     with db.writer() as s:
         node_id = s.scalar(sa.select(models.ComputeNode.id).where(
             models.ComputeNode.host == "compute-002"))
-        s.add(models.Allocation(instance_uuid="inst-1", compute_node_id=node_id, vcpus=1,
-                                memory_mb=512, disk_mb=1024))
+    ledger.hold(db, node_id, "inst-1", {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1})
     db.dispose()
     rc, _out, err = cli("host", "delete", "compute-002")
     assert rc == 1 and "1 allocation(s)" in err

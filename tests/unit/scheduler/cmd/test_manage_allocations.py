@@ -14,7 +14,7 @@ from scheduler.host_manager import HostManager
 from tests.unit.scheduler.cmd.test_manage import GOOD, cli  # noqa: F401  (fixture)
 
 ONE = {"flavor": {"vcpus": 1, "memory_mb": 1024, "root_gb": 1}, "project_id": "pa"}
-_alloc = models.Allocation.__table__
+_alloc = models.Consumer.__table__
 
 
 def _place(cli, pending: bool) -> str:  # noqa: F811
@@ -47,13 +47,16 @@ def test_list_and_release(cli):  # noqa: F811
     rc, out, _ = cli("allocations", "list", "--pending", "--older-than", "600", "--json")
     rows = json.loads(out)
     assert [r["instance_uuid"] for r in rows] == [old] and rows[0]["pending"] is True
-    assert rows[0]["vcpus"] == 1 and rows[0]["host"].startswith("compute-")
+    assert rows[0]["resources"]["VCPU"] == 1 and rows[0]["host"].startswith("compute-")
+    assert rows[0]["consumer_type"] == "instance"
     rc, out, _ = cli("allocations", "list", "--pending")
     assert rc == 0 and old in out and new in out and held not in out and "15m" in out
     rc, out, _ = cli("allocations", "release", old, old)
     assert rc == 0 and "released from compute-" in out and "held nothing" in out
     assert cli.scalar(sa.select(sa.func.count()).select_from(_alloc)) == 2
-    assert cli.scalar(sa.select(sa.func.sum(models.ComputeNode.__table__.c.vcpus_used))) == 2
+    inv = models.ProviderInventory.__table__
+    assert cli.scalar(sa.select(sa.func.sum(inv.c.used)).where(
+        inv.c.resource_class == "VCPU")) == 2
 
 
 def test_bad_arguments_change_nothing(cli):  # noqa: F811
@@ -65,3 +68,21 @@ def test_bad_arguments_change_nothing(cli):  # noqa: F811
     rc, _, err = cli("allocations", "list", "--older-than", "soon")
     assert rc == 2 and "expected seconds" in err
     assert cli.snapshot() == before
+
+
+def test_list_prints_no_terminal_escapes(cli):  # noqa: F811
+    """A project id is whatever a caller sent: the table shows its escapes as
+    text, not to the terminal."""
+    assert cli("host", "import", cli.write(GOOD))[0] == 0
+    held = _place(cli, pending=False)
+    db = Database(cli.url)
+    try:
+        with db.writer_connection() as conn:
+            conn.execute(sa.update(_alloc).where(_alloc.c.instance_uuid == held).values(
+                project_id="\x1b[2J\x1b[31mevil\nFORGED\u202e"))
+    finally:
+        db.dispose()
+    rc, out, _ = cli("allocations", "list")
+    assert rc == 0 and held in out
+    assert "\x1b" not in out and "\u202e" not in out and "\nFORGED" not in out
+    assert "\\x1b[2J\\x1b[31mevil\\x0aFORGED\\u202e" in out

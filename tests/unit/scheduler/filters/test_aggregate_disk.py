@@ -11,7 +11,7 @@ def test_aggregate_ratio():
     filt = AggregateDiskFilter(cfg.CONF)
     assert fakes.passes(filt, host, fakes.fake_spec(root_gb=50), fakes.ctx()) is None
     assert fakes.passes(filt, host, fakes.fake_spec(root_gb=51), fakes.ctx()) == \
-        "insufficient disk: need 52224 MB"
+        "insufficient disk: need 51 GB"
     assert fakes.passes(DiskFilter(cfg.CONF), host, fakes.fake_spec(root_gb=50),
                                             fakes.ctx()) is not None
 
@@ -20,7 +20,7 @@ def test_aggregate_still_caps_one_instance_at_physical_disk():
     host = fakes.fake_host(local_gb=100, aggregates=[{"disk_allocation_ratio": "10"}])
     reason = fakes.passes(AggregateDiskFilter(cfg.CONF), host, fakes.fake_spec(root_gb=101),
                                                        fakes.ctx())
-    assert reason == "insufficient disk: need 103424 MB"
+    assert reason == "insufficient disk: need 101 GB"
 
 
 def test_vector_form_per_host_ratio():

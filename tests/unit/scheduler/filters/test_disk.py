@@ -27,12 +27,13 @@ def test_counts_ephemeral_and_swap():
     host = fakes.fake_host(local_gb=10)
     spec = fakes.fake_spec(root_gb=5, ephemeral_gb=4, swap=1024)
     assert fakes.passes(DiskFilter(cfg.CONF), host, spec, fakes.ctx()) is None
+    # swap is counted in whole GB, rounded up (as Nova asks DISK_GB)
     spec = fakes.fake_spec(root_gb=5, ephemeral_gb=4, swap=1025)
     assert fakes.passes(DiskFilter(cfg.CONF), host, spec, fakes.ctx()) == \
-        "insufficient disk: need 10241 MB"
+        "insufficient disk: need 11 GB"
 
 
 def test_reason_text():
     host = fakes.fake_host(local_gb=10)
     reason = fakes.passes(DiskFilter(cfg.CONF), host, fakes.fake_spec(root_gb=20), fakes.ctx())
-    assert reason == "insufficient disk: need 20480 MB"
+    assert reason == "insufficient disk: need 20 GB"

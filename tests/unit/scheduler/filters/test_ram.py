@@ -14,8 +14,9 @@ from tests.unit.scheduler import fakes
     (16384, 1.5, 0, 8193, False),
     (0, 1.0, 1024, 15360, True),          # reserved comes off the total
     (0, 1.0, 1024, 15361, False),
-    (0, 2.0, 1024, 30720, True),          # (16384 - 1024) * 2
-    (0, 2.0, 1024, 30721, False),
+    (15360, 2.0, 1024, 15360, True),      # (16384 - 1024) * 2
+    (15360, 2.0, 1024, 15361, False),
+    (0, 2.0, 0, 16385, False),            # one instance: never more than the host has
 ])
 def test_ram_limit(used, ratio, reserved, request_mb, ok):
     host = fakes.fake_host(memory_mb_used=used, ram_allocation_ratio=ratio,
