@@ -55,8 +55,9 @@ vgpu_type_opts = [
                      "and that no other type lists (first type of enabled_vgpu_types "
                      "first)."),
     cfg.ListOpt("traits", default=[],
-                help="Traits the GPUs exposing this type get besides CUSTOM_VGPU_<TYPE> "
-                     "(standard trait names or CUSTOM_*)."),
+                help="Traits the GPUs exposing this type get besides the type's own "
+                     "CUSTOM_VGPU trait (standard trait names, or custom ones "
+                     "starting with CUSTOM)."),
 ]
 
 cfg.CONF.register_opts(vgpu_opts, group="agent")
