@@ -7,6 +7,7 @@ import json
 import pytest
 from oslo_config import cfg
 
+from db import inventory
 from numa.topology import FittedTopology, HostTopology
 from scheduler import simulate
 from scheduler.filter_scheduler import group_key
@@ -70,13 +71,13 @@ def test_every_model_is_present_with_its_hardware():
 def test_usage_is_already_on_the_fleet():
     fleet = bench_fleet.generate_fleet(1000, seed=42)
     c = fleet.counts()
-    assert c["pinned_allocations"] > 50
+    assert c["pinned_instances"] > 50
     assert c["pci_claimed"] > 10
     assert c["group_members"] > 0
     assert {g["policy"] for g in fleet.groups.values()} == set(bench_fleet.GROUP_POLICIES)
-    # pinned allocations carry a valid fitted topology, some with several cells
-    cells = [len(FittedTopology.from_primitive(json.loads(a["numa_cells"])).cells)
-             for a in fleet.allocations if a["numa_cells"]]
+    # pinned instances carry a valid fitted topology, some with several cells
+    cells = [len(FittedTopology.from_primitive(json.loads(c["numa_cells"])).cells)
+             for c in fleet.consumers if c["numa_cells"]]
     assert 1 in cells and 2 in cells
     assert {s["uuid"] for s in fleet.server_groups} == {
         group_key("bench", u) for u, g in fleet.groups.items()
@@ -93,7 +94,7 @@ def test_load_gives_one_host_state_per_host_and_counts_pci_pools(loaded):
     assert {h.availability_zone for h in hosts} == {"az1", "az2"}
     assert sum(1 for h in hosts if h.numa_topology is not None) == \
         fleet.counts()["numa_hosts"]
-    assert sum(len(h.instances) for h in hosts) == len(fleet.allocations)
+    assert sum(len(h.instances) for h in hosts) == len(fleet.consumers)
     for uuid, g in fleet.groups.items():
         assert sum(hm.group_hosts(group_key("bench", uuid)).values()) == len(g["members"])
 
@@ -103,3 +104,35 @@ def test_loaded_fleet_is_valid(loaded):
     assert simulate.check_invariants(db) == []
     groups = {u: (g["policy"], g["max_server_per_host"]) for u, g in fleet.groups.items()}
     assert bench_check.check(db, bench_check.Expectations(groups=groups)) == []
+
+
+def test_the_ledger_adds_up_and_every_class_fits():
+    """Each node is a root provider; every inventory's ``used`` is the sum of the
+    allocations against it and within (total - reserved) x ratio; NUMA hosts have
+    PCPU for their dedicated CPUs and VCPU for the rest, and pinned instances hold
+    PCPU."""
+    fleet = bench_fleet.generate_fleet(1000, seed=42)
+    assert [p["id"] for p in fleet.providers] == [n["id"] for n in fleet.nodes]
+    assert [p["uuid"] for p in fleet.providers] == [n["uuid"] for n in fleet.nodes]
+    held = collections.Counter()
+    for a in fleet.allocations:
+        held[(a["provider_id"], a["resource_class"])] += a["amount"]
+    invs = {(i["provider_id"], i["resource_class"]): i for i in fleet.inventories}
+    assert set(held) <= set(invs)
+    for key, inv in invs.items():
+        assert inv["used"] == held[key], key
+        assert inventory.fits(inv["used"], 0, inv["total"], inv["reserved"],
+                              inv["allocation_ratio"]), (key, inv)
+    for node in fleet.nodes:
+        if node["numa_topology"]:
+            dedicated = sum(len(c["pcpuset"]) for c in json.loads(node["numa_topology"])["cells"])
+            assert invs[(node["id"], "PCPU")]["total"] == dedicated
+            assert (node["id"], "VCPU") in invs
+        else:
+            assert (node["id"], "PCPU") not in invs
+    pinned = {c["id"] for c in fleet.consumers if c["numa_cells"]}
+    assert {a["consumer_id"] for a in fleet.allocations if a["resource_class"] == "PCPU"} \
+        == pinned
+    running = collections.Counter(c["compute_node_id"] for c in fleet.consumers)
+    assert all(n["running_vms"] == running[n["id"]] for n in fleet.nodes)
+    assert any("HW_CPU_HYPERTHREADING" in p["traits"].split() for p in fleet.providers)

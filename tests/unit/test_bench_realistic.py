@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from oslo_config import cfg
 
 from db import models
+from db.inventory import MEMORY_MB, VCPU
 from pci import request as pci_request
 from scheduler.filter_scheduler import group_key
 from scheduler.request_spec import RequestSpec
@@ -20,6 +21,9 @@ from tools.bench import run as bench_run
 from tools.bench import trace as bench_trace
 
 _cn = models.ComputeNode.__table__
+_rp = models.ResourceProvider.__table__
+_inv = models.ProviderInventory.__table__
+_cons = models.Consumer.__table__
 _alloc = models.Allocation.__table__
 
 
@@ -106,9 +110,9 @@ def test_tiny_fleet_and_trace_replay_cold_and_valid(tiny, tmp_path):
                                                records)
     assert exp.placed
     assert bench_check.check(bdb.db, exp) == []
-    # the claims were written: every placed trace instance has its allocation
+    # the claims were written: every placed trace instance is a consumer
     with bdb.db.reader_connection() as conn:
-        have = {r[0] for r in conn.execute(sa.select(_alloc.c.instance_uuid))}
+        have = {r[0] for r in conn.execute(sa.select(_cons.c.instance_uuid))}
     assert exp.placed <= have
 
 
@@ -131,15 +135,28 @@ def _node(db, **where):
         return conn.execute(q.limit(1)).mappings().first()
 
 
+def _root(conn, node_id: int) -> int:
+    return conn.execute(sa.select(_rp.c.id).where(_rp.c.compute_node_id == node_id,
+                                                  _rp.c.parent_id.is_(None))).scalar_one()
+
+
 def _insert(db, node_id: int, uuid: str, vcpus: int, memory_mb: int = 512,
             numa_cells: str | None = None, group: str | None = None) -> None:
+    """A consumer written behind the claims' back (no capacity check): its
+    allocations, the inventories' ``used`` and the node's running count."""
     with db.writer_connection() as conn:
-        conn.execute(sa.insert(_alloc).values(
-            instance_uuid=uuid, compute_node_id=node_id, vcpus=vcpus, memory_mb=memory_mb,
-            disk_mb=0, numa_cells=numa_cells, instance_group=group_key(None, group),
-            created_at=models.utcnow()))
+        root = _root(conn, node_id)
+        consumer = conn.execute(sa.insert(_cons).values(
+            uuid=uuid, instance_uuid=uuid, compute_node_id=node_id, numa_cells=numa_cells,
+            instance_group=group_key(None, group), created_at=models.utcnow())
+        ).inserted_primary_key[0]
+        for rc, amount in ((VCPU, vcpus), (MEMORY_MB, memory_mb)):
+            conn.execute(sa.insert(_alloc).values(consumer_id=consumer, provider_id=root,
+                                                  resource_class=rc, amount=amount))
+            conn.execute(sa.update(_inv).where(
+                _inv.c.provider_id == root, _inv.c.resource_class == rc).values(
+                used=_inv.c.used + amount))
         conn.execute(sa.update(_cn).where(_cn.c.id == node_id).values(
-            vcpus_used=_cn.c.vcpus_used + vcpus, memory_mb_used=_cn.c.memory_mb_used + memory_mb,
             running_vms=_cn.c.running_vms + 1))
 
 
@@ -147,16 +164,21 @@ def test_checker_reports_an_injected_overcommit(tiny):
     bdb, _, _ = tiny
     assert bench_check.check(bdb.db) == []
     node = _node(bdb.db, disabled=False)
-    limit = (node["vcpus"] - node["reserved_host_cpus"]) * node["cpu_allocation_ratio"]
+    with bdb.db.reader_connection() as conn:
+        inv = conn.execute(sa.select(_inv).where(
+            _inv.c.provider_id == _root(conn, node["id"]), _inv.c.resource_class == VCPU)
+        ).mappings().one()
+    limit = (inv["total"] - inv["reserved"]) * inv["allocation_ratio"]
     _insert(bdb.db, node["id"], "00000000-0000-4000-8000-000000000001",
-            int(limit - node["vcpus_used"]) + 1)
+            int(limit - inv["used"]) + 1)
     found = bench_check.check(bdb.db)
-    assert any(f.startswith(f"{node['host']}: vcpus used") for f in found), found
+    assert any(f.startswith(f"{node['host']}: VCPU used") and "> limit" in f
+               for f in found), found
 
 
 def test_checker_reports_double_pinning_group_and_zone_violations(tiny):
     bdb, fleet, _ = tiny
-    pinned = next(a for a in fleet.allocations if a["numa_cells"])
+    pinned = next(c for c in fleet.consumers if c["numa_cells"])
     host = next(n["host"] for n in fleet.nodes if n["id"] == pinned["compute_node_id"])
     _insert(bdb.db, pinned["compute_node_id"], "00000000-0000-4000-8000-000000000002", 1,
             numa_cells=pinned["numa_cells"])

@@ -2,21 +2,22 @@
 
 ``check(db, expectations)`` returns one line per violation (empty: valid):
 
-- usage equals the sum of allocations and stays within (total - reserved) x
-  allocation ratio, and NUMA usage equals the sum of the fitted cells (as
-  ``scheduler.simulate.check_invariants``, which raises instead of reporting when two
-  allocations pin one CPU; here each node is checked on its own and reported);
+- every inventory's ``used`` equals the sum of the allocations against it and stays
+  within (total - reserved) x allocation ratio (``db.inventory``'s rule), a node's
+  ``running_vms`` equals its consumers, and NUMA usage equals the sum of the fitted
+  cells (as ``scheduler.simulate.check_invariants``, which raises instead of reporting
+  when two consumers pin one CPU; here each node is checked on its own and reported);
 - no host CPU is pinned by two allocations, pinned CPUs are dedicated CPUs of the
   cell they were fitted to, and no page size is used beyond its total;
 - hard group policies hold: an affinity group's members on one host, an
   anti-affinity group's at most ``max_server_per_host`` (default 1) per host;
-- PCI claims match allocations: every device in use names an allocation on its
-  node that lists it, every listed device is in use by that instance, a PF in use
-  has no VF in use (and vice versa), and an instance holds as many devices as it
-  asked for;
+- PCI claims match consumers: every device in use names a consumer on its node
+  that lists it, every listed device is in use by that consumer, a PF in use has
+  no VF in use (and vice versa), and an instance holds as many devices as it asked
+  for;
 - placed instances landed in the zone they asked for, on a forced host when hosts
-  were forced, never on an ignored host; instances the replay says it placed have
-  an allocation, and released ones have none.
+  were forced, never on an ignored host; instances the replay says it placed hold
+  a consumer, and released ones hold none.
 """
 from __future__ import annotations
 
@@ -27,13 +28,16 @@ from collections.abc import Iterable, Mapping
 
 import sqlalchemy as sa
 
-from db import models
+from db import inventory, models
 from db.api import Database
 from numa import errors as numa_errors
 from numa import usage as numa_usage
 from numa.topology import FittedTopology, HostTopology
 
 _cn = models.ComputeNode.__table__
+_rp = models.ResourceProvider.__table__
+_inv = models.ProviderInventory.__table__
+_cons = models.Consumer.__table__
 _alloc = models.Allocation.__table__
 _pci = models.PciDevice.__table__
 _agg_hosts = models.AggregateHost.__table__
@@ -79,10 +83,17 @@ def check(db: Database, exp: Expectations | None = None) -> list[str]:
     with db.reader_connection() as conn:
         nodes = {r["id"]: r for r in conn.execute(
             sa.select(_cn).where(_cn.c.deleted == 0)).mappings()}
-        allocs = list(conn.execute(sa.select(
-            _alloc.c.instance_uuid, _alloc.c.compute_node_id, _alloc.c.vcpus,
-            _alloc.c.memory_mb, _alloc.c.disk_mb, _alloc.c.numa_cells,
-            _alloc.c.pci_devices, _alloc.c.instance_group, _alloc.c.project_id)).mappings())
+        consumers = list(conn.execute(sa.select(
+            _cons.c.uuid, _cons.c.consumer_type, _cons.c.instance_uuid,
+            _cons.c.compute_node_id, _cons.c.numa_cells, _cons.c.pci_devices,
+            _cons.c.instance_group, _cons.c.project_id)).mappings())
+        inventories = list(conn.execute(
+            sa.select(_rp.c.compute_node_id, _rp.c.name, _rp.c.parent_id, _inv)
+            .join(_rp, _rp.c.id == _inv.c.provider_id)).mappings())
+        held = {(p, rc): int(n) for p, rc, n in conn.execute(
+            sa.select(_alloc.c.provider_id, _alloc.c.resource_class,
+                      sa.func.sum(_alloc.c.amount))
+            .group_by(_alloc.c.provider_id, _alloc.c.resource_class))}
         devices = list(conn.execute(sa.select(
             _pci.c.compute_node_id, _pci.c.address, _pci.c.parent_addr, _pci.c.status,
             _pci.c.instance_uuid)).mappings())
@@ -92,49 +103,61 @@ def check(db: Database, exp: Expectations | None = None) -> list[str]:
                 .join(_agg_meta, _agg_meta.c.aggregate_id == _agg_hosts.c.aggregate_id)
                 .where(_agg_meta.c.key == "availability_zone")):
             zones[host].add(zone)
-    problems += _capacity(nodes, allocs)
-    problems += _pinning(nodes, allocs)
-    problems += _groups(nodes, allocs, exp.groups)
-    problems += _pci_claims(nodes, allocs, devices, exp.specs)
-    problems += _requests(nodes, allocs, zones, exp)
+    problems += _ledger(nodes, inventories, held)
+    problems += _capacity(nodes, consumers)
+    problems += _pinning(nodes, consumers)
+    problems += _groups(nodes, consumers, exp.groups)
+    problems += _pci_claims(nodes, consumers, devices, exp.specs)
+    problems += _requests(nodes, consumers, zones, exp)
     return problems
 
 
-def _capacity(nodes, allocs) -> list[str]:
-    """Usage counters equal the sum of allocations and stay within the limits; NUMA
-    usage equals the fresh topology plus every allocation's fitted cells."""
+def _ledger(nodes, inventories, held) -> list[str]:
+    """Per inventory: ``used`` equals the sum of the allocations against it and
+    stays within what may be allocated; no allocation without an inventory."""
     out = []
-    sums = collections.defaultdict(lambda: [0, 0, 0, 0])
+    seen = set()
+    for inv in inventories:
+        key = (inv["provider_id"], inv["resource_class"])
+        seen.add(key)
+        node = nodes.get(inv["compute_node_id"])
+        if node is None:
+            continue                    # a deleted node's providers
+        where = node["host"] if inv["parent_id"] is None else f"{node['host']}/{inv['name']}"
+        rc, used, want = inv["resource_class"], inv["used"], held.get(key, 0)
+        if used != want:
+            out.append(f"{where}: {rc} used {used} != sum of allocations {want}")
+        if not inventory.fits(used, 0, inv["total"], inv["reserved"],
+                              inv["allocation_ratio"]):
+            limit = inventory.usable(inv["total"], inv["reserved"], inv["allocation_ratio"])
+            out.append(f"{where}: {rc} used {used} > limit {limit:g}")
+    for (provider, rc), amount in sorted(held.items()):
+        if (provider, rc) not in seen and amount:
+            out.append(f"provider {provider}: {amount} {rc} allocated without an inventory")
+    return out
+
+
+def _capacity(nodes, consumers) -> list[str]:
+    """A node's running count equals its consumers; its NUMA usage equals the
+    fresh topology plus every consumer's fitted cells."""
+    out = []
+    running = collections.Counter(a["compute_node_id"] for a in consumers)
     fitted = collections.defaultdict(list)
-    for a in allocs:
-        s = sums[a["compute_node_id"]]
-        s[0] += a["vcpus"]
-        s[1] += a["memory_mb"]
-        s[2] += a["disk_mb"]
-        s[3] += 1
+    for a in consumers:
         if a["numa_cells"]:
             fitted[a["compute_node_id"]].append(a["numa_cells"])
-    for node_id in set(sums) - set(nodes):
-        out.append(f"allocations on node {node_id}, which does not exist")
+    for node_id in set(running) - set(nodes):
+        out.append(f"consumers on node {node_id}, which does not exist")
     for node_id, n in nodes.items():
-        have = (n["vcpus_used"], n["memory_mb_used"], n["disk_mb_used"], n["running_vms"])
-        want = tuple(sums.get(node_id, (0, 0, 0, 0)))
-        if have != want:
-            out.append(f"{n['host']}: usage {have} != sum of allocations {want}")
-        limits = ((n["vcpus"] - n["reserved_host_cpus"]) * n["cpu_allocation_ratio"],
-                  (n["memory_mb"] - n["reserved_host_memory_mb"]) * n["ram_allocation_ratio"],
-                  (n["local_gb"] * 1024 - n["reserved_host_disk_mb"])
-                  * n["disk_allocation_ratio"])
-        for name, used, limit in zip(("vcpus", "memory_mb", "disk_mb"), have, limits,
-                                     strict=False):
-            if used > limit:
-                out.append(f"{n['host']}: {name} used {used} > limit {limit:g}")
+        if n["running_vms"] != running.get(node_id, 0):
+            out.append(f"{n['host']}: running_vms {n['running_vms']} != "
+                       f"{running.get(node_id, 0)} consumers")
         if n["numa_topology"]:
             problem = _numa_usage(n["numa_topology"], fitted.get(node_id, ()))
             if problem:
                 out.append(f"{n['host']}: {problem}")
         elif node_id in fitted:
-            out.append(f"{n['host']}: allocations with NUMA cells on a host without a "
+            out.append(f"{n['host']}: consumers with NUMA cells on a host without a "
                        f"topology")
     return out
 
@@ -156,10 +179,10 @@ def _numa_usage(host_json: str, fitted_jsons) -> str | None:
     return None
 
 
-def _pinning(nodes, allocs) -> list[str]:
+def _pinning(nodes, consumers) -> list[str]:
     out = []
     by_node = collections.defaultdict(list)
-    for a in allocs:
+    for a in consumers:
         if a["numa_cells"]:
             by_node[a["compute_node_id"]].append(a)
     for node_id, rows in by_node.items():
@@ -205,17 +228,17 @@ def _pinning(nodes, allocs) -> list[str]:
     return out
 
 
-def _groups(nodes, allocs, policies) -> list[str]:
+def _groups(nodes, consumers, policies) -> list[str]:
     """``policies`` by group UUID; members are stored under their project's key
     of the group (``scheduler.filter_scheduler.group_key``)."""
     from scheduler.filter_scheduler import group_key
 
-    projects = {a["project_id"] for a in allocs}
+    projects = {a["project_id"] for a in consumers}
     uuid_of = {group_key(p, g): g for g in policies for p in projects}
     policies = {key: policies[g] for key, g in uuid_of.items()}
     out = []
     hosts_of = collections.defaultdict(collections.Counter)
-    for a in allocs:
+    for a in consumers:
         if a["instance_group"]:
             node = nodes.get(a["compute_node_id"])
             hosts_of[a["instance_group"]][node["host"] if node else "?"] += 1
@@ -243,13 +266,13 @@ def _requested_devices(spec: dict) -> int:
     return total + sum(int(r.get("count", 1)) for r in spec.get("pci_requests") or ())
 
 
-def _pci_claims(nodes, allocs, devices, specs) -> list[str]:
+def _pci_claims(nodes, consumers, devices, specs) -> list[str]:
     out = []
     listed = {}
-    for a in allocs:
+    for a in consumers:
         addrs = json.loads(a["pci_devices"]) if a["pci_devices"] else []
-        listed[a["instance_uuid"]] = (a["compute_node_id"], set(addrs))
-        spec = specs.get(a["instance_uuid"])
+        listed[a["uuid"]] = (a["compute_node_id"], set(addrs))   # devices name the consumer
+        spec = specs.get(a["instance_uuid"]) if a["consumer_type"] == "instance" else None
         if spec is not None and len(addrs) != _requested_devices(spec):
             out.append(f"{a['instance_uuid']} holds {len(addrs)} device(s), asked for "
                        f"{_requested_devices(spec)}")
@@ -266,7 +289,7 @@ def _pci_claims(nodes, allocs, devices, specs) -> list[str]:
             alloc = listed.get(d["instance_uuid"])
             if alloc is None or alloc[0] != node_id or d["address"] not in alloc[1]:
                 out.append(f"{host}: device {d['address']} is {d['status']} by "
-                           f"{d['instance_uuid']}, which has no allocation listing it here")
+                           f"{d['instance_uuid']}, which is no consumer listing it here")
             parent = devs.get(d["parent_addr"]) if d["parent_addr"] else None
             if parent is not None and parent["status"] in IN_USE:
                 out.append(f"{host}: VF {d['address']} and its PF {parent['address']} are "
@@ -276,15 +299,17 @@ def _pci_claims(nodes, allocs, devices, specs) -> list[str]:
                            f"{d['address']} is in use")
     for inst, (node_id, addrs) in listed.items():
         if {(node_id, a) for a in addrs} != used_by.get(inst, set()):
-            out.append(f"{inst}: allocation lists devices {sorted(addrs)} but holds "
+            out.append(f"{inst}: consumer lists devices {sorted(addrs)} but holds "
                        f"{sorted(a for _, a in used_by.get(inst, ()))}")
     return out
 
 
-def _requests(nodes, allocs, zones, exp: Expectations) -> list[str]:
+def _requests(nodes, consumers, zones, exp: Expectations) -> list[str]:
     out = []
-    where = {a["instance_uuid"]: nodes[a["compute_node_id"]]["host"] for a in allocs
-             if a["compute_node_id"] in nodes}
+    where = {a["instance_uuid"]: nodes[a["compute_node_id"]]["host"] for a in consumers
+             if a["compute_node_id"] in nodes and a["consumer_type"] == "instance"}
+    held = {a["instance_uuid"]: nodes[a["compute_node_id"]]["host"] for a in consumers
+            if a["compute_node_id"] in nodes}
     for inst in sorted(exp.placed):
         host = where.get(inst)
         if host is None:
@@ -301,6 +326,6 @@ def _requests(nodes, allocs, zones, exp: Expectations) -> list[str]:
         if host in (spec.get("ignore_hosts") or ()):
             out.append(f"{inst} landed on ignored host {host}")
     for inst in sorted(exp.released):
-        if inst in where:
-            out.append(f"{inst} was released but still has an allocation on {where[inst]}")
+        if inst in held:
+            out.append(f"{inst} was released but still has an allocation on {held[inst]}")
     return out

@@ -8,12 +8,18 @@ run i686 guests, and aarch64 hosts (image support differs). Two availability zon
 and aggregates with metadata. Usage is already on the fleet: plain instances, pinned
 instances (placed with ``numa.fitting.fit_instance_to_host`` and applied with
 ``numa.usage.apply_usage``), claimed VFs and GPUs (statuses from
-``pci.device.claim_plan``), and server groups of every policy with members. Usage
-always equals the sum of the allocation rows, as everywhere else in Berth.
+``pci.device.claim_plan``), and server groups of every policy with members.
+
+Capacity is the resource ledger, as the product writes it: each node is a root
+resource provider (the node's uuid and name, its derived traits) whose inventories
+are ``db.inventory.node_inventories`` of the model's figures (PCPU for the NUMA
+cells' dedicated CPUs, VCPU for the rest); each instance is a consumer with one
+allocations row per class it holds, and each inventory's ``used`` is the sum of
+those rows. An instance is placed only where every class it asks fits.
 
 Fits and claim plans are computed once per (model shape, usage pattern) and reused,
 so 100,000 hosts generate in well under a minute. ``load_fleet(db, fleet)`` writes
-the rows with SQLAlchemy Core ``executemany``; every host gets a heartbeat at load
+the rows with SQLAlchemy Core ``executemany`` in chunks; every host gets a heartbeat at load
 time (ComputeFilter treats a host without one as down), so a benchmark raises
 ``service_down_time`` rather than keep heartbeats fresh.
 """
@@ -27,16 +33,18 @@ import random
 import tempfile
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
 
-from db import migration, models
+from db import inventory, migration, models
 from db.api import Database
+from db.inventory import DISK_GB, MEMORY_MB, PCPU, VCPU
 from numa import fitting, request, usage
 from numa.topology import HostTopology
 from pci import device as pci_device
+from scheduler import host_traits
 from scheduler.filter_scheduler import group_key
 
 COMPUTE_BINARY = "berth-compute"
@@ -92,7 +100,7 @@ MODELS = (
 )
 MODEL_NAMES = tuple(m.name for m in MODELS)
 
-# Existing plain instances: (vcpus, memory_mb, disk_mb).
+# Existing plain instances: (vcpus, memory_mb, disk_mb); disk in whole GB.
 EXISTING_FLAVORS = ((2, 8192, 40960), (4, 16384, 81920), (8, 32768, 163840),
                     (16, 65536, 163840))
 # Existing pinned instances on NUMA hosts: (vcpus, memory_mb, disk_mb, extra_specs).
@@ -111,6 +119,9 @@ GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affin
 _cn = models.ComputeNode.__table__
 _svc = models.Service.__table__
 _pci = models.PciDevice.__table__
+_rp = models.ResourceProvider.__table__
+_inv = models.ProviderInventory.__table__
+_cons = models.Consumer.__table__
 _alloc = models.Allocation.__table__
 _agg = models.Aggregate.__table__
 _agg_hosts = models.AggregateHost.__table__
@@ -127,7 +138,10 @@ class BenchFleet:
     seed: int
     nodes: list[dict[str, Any]]
     pci_devices: list[dict[str, Any]]
-    allocations: list[dict[str, Any]]
+    providers: list[dict[str, Any]]           # one root provider per node
+    inventories: list[dict[str, Any]]         # with ``used``: the sum of the allocations
+    consumers: list[dict[str, Any]]           # one per existing instance
+    allocations: list[dict[str, Any]]         # a consumer's amount of one class
     aggregates: list[dict[str, Any]]
     aggregate_hosts: list[dict[str, Any]]
     aggregate_metadata: list[dict[str, Any]]
@@ -137,10 +151,14 @@ class BenchFleet:
     models: dict[str, str]                    # host -> model name
 
     def counts(self) -> dict[str, int]:
-        """Rows per kind, hosts per model, NUMA and PCI host counts."""
+        """Rows per kind, hosts per model, NUMA and PCI host counts, instances
+        (consumers) and what they hold of each class (``used_VCPU``, ...)."""
         per_model = {m: 0 for m in MODEL_NAMES}
         for m in self.models.values():
             per_model[m] += 1
+        used: dict[str, int] = {}
+        for inv in self.inventories:
+            used[inv["resource_class"]] = used.get(inv["resource_class"], 0) + inv["used"]
         return {"hosts": len(self.nodes),
                 "numa_hosts": sum(1 for n in self.nodes if n["numa_topology"]),
                 "pci_hosts": len({d["compute_node_id"] for d in self.pci_devices}),
@@ -148,16 +166,20 @@ class BenchFleet:
                 "pci_available": sum(1 for d in self.pci_devices
                                      if d["status"] == "available"),
                 "pci_claimed": sum(1 for d in self.pci_devices if d["status"] == "claimed"),
+                "providers": len(self.providers),
+                "inventories": len(self.inventories),
+                "instances": len(self.consumers),
+                "pinned_instances": sum(1 for c in self.consumers if c["numa_cells"]),
+                "group_members": sum(1 for c in self.consumers if c["instance_group"]),
                 "allocations": len(self.allocations),
-                "pinned_allocations": sum(1 for a in self.allocations if a["numa_cells"]),
-                "group_members": sum(1 for a in self.allocations if a["instance_group"]),
                 "groups": len(self.groups),
                 "aggregates": len(self.aggregates),
                 "aggregate_hosts": len(self.aggregate_hosts),
+                **{f"used_{rc}": n for rc, n in sorted(used.items())},
                 **{f"model_{m}": n for m, n in per_model.items()}}
 
     def instance_uuids(self) -> list[str]:
-        return [a["instance_uuid"] for a in self.allocations]
+        return [c["instance_uuid"] for c in self.consumers]
 
 
 def _uuid(rng: random.Random) -> str:
@@ -222,7 +244,8 @@ class _Pinned:
     """The result of placing a sequence of existing pinned flavors on a fresh host."""
 
     topology_json: str
-    fitted: tuple[tuple[int, str], ...]       # (index into EXISTING_PINNED, fitted JSON)
+    # (index into EXISTING_PINNED, fitted JSON, what it holds by class)
+    fitted: tuple[tuple[int, str, tuple[tuple[str, int], ...]], ...]
     device_plan: tuple[tuple[tuple[str, ...], dict], ...]   # (addresses, claim plan)
 
 
@@ -272,7 +295,9 @@ class _Shapes:
             if fit.fitted is None:
                 break
             host = usage.apply_usage(host, fit.fitted)
-            fitted_out.append((index, json.dumps(fit.fitted.to_primitive(), sort_keys=True)))
+            fitted_out.append((index, json.dumps(fit.fitted.to_primitive(), sort_keys=True),
+                               tuple(_amounts(v, m, EXISTING_PINNED[index][2],
+                                              fit.fitted).items())))
             cell = fit.fitted.cells[0].host_cell_id
             want = "type-VF" if model.nics else ("type-PCI" if model.gpus else None)
             pick = next((d for d in devices if d.dev_type == want and d.numa_node == cell
@@ -305,17 +330,41 @@ def _fill_target(rng: random.Random) -> float:
     return rng.uniform(0.95, 1.0)
 
 
-def _limits(node: dict) -> tuple[float, float, float]:
-    return ((node["vcpus"] - node["reserved_host_cpus"]) * node["cpu_allocation_ratio"],
-            (node["memory_mb"] - node["reserved_host_memory_mb"]) * node["ram_allocation_ratio"],
-            (node["local_gb"] * 1024 - node["reserved_host_disk_mb"])
-            * node["disk_allocation_ratio"])
+def _amounts(vcpus: int, memory_mb: int, disk_mb: int, fitted=None) -> dict[str, int]:
+    """What an instance holds by class, as a claim writes it: PCPU for every host
+    CPU its fitted NUMA cells pin (dedicated vCPUs, an isolated emulator thread,
+    siblings kept idle), VCPU for its other vCPUs, MEMORY_MB, and DISK_GB."""
+    guest_pinned = host_pinned = 0
+    if fitted is not None:
+        guest_pinned = sum(len(cell.cpu_pinning) for cell in fitted.cells)
+        host_pinned = sum(len(cell.host_cpus) for cell in fitted.cells)
+    out = {VCPU: vcpus - guest_pinned, PCPU: host_pinned, MEMORY_MB: memory_mb,
+           DISK_GB: inventory.disk_gb(disk_mb)}
+    return {rc: n for rc, n in out.items() if n > 0}
 
 
-def _room(node: dict, flavor: tuple[int, int, int]) -> bool:
-    lc, lm, ld = _limits(node)
-    return (node["vcpus_used"] + flavor[0] <= lc and node["memory_mb_used"] + flavor[1] <= lm
-            and node["disk_mb_used"] + flavor[2] <= ld)
+_PLAIN = {f: _amounts(*f) for f in EXISTING_FLAVORS + (GROUP_FLAVOR,)}
+
+
+class _Host:
+    """A node being generated: its row, its root inventories and what its
+    instances hold of each class."""
+
+    __slots__ = ("node", "inventories", "used")
+
+    def __init__(self, node: dict, inventories: dict[str, inventory.Inventory]) -> None:
+        self.node = node
+        self.inventories = inventories
+        self.used = dict.fromkeys(inventories, 0)
+
+    def room(self, amounts: dict[str, int]) -> bool:
+        """Whether every class asked fits (``db.inventory``'s rule)."""
+        invs, used = self.inventories, self.used
+        return all(rc in invs and invs[rc].admits(used[rc], n) for rc, n in amounts.items())
+
+    def capacity(self, rc: str) -> float:
+        inv = self.inventories.get(rc)
+        return inv.capacity if inv is not None else 0.0
 
 
 def _pick_model(rng: random.Random) -> Model:
@@ -334,13 +383,44 @@ _CPU_INFO = {name: json.dumps({"arch": m.cpu_arch, "vendor": "Intel" if m.cpu_ar
 _SUPPORTED = {m.name: json.dumps(m.supported) for m in MODELS}
 
 
+def _traits(model: Model, topology: dict | None) -> str:
+    """A node's traits as the product derives them (CPU flags, SMT siblings)."""
+    return " ".join(sorted(host_traits.derived(json.loads(_CPU_INFO[model.name]), topology)))
+
+
+class _Rows:
+    """The ledger rows of instances as they are placed: consumers (ids assigned)
+    and their allocations against the node's root provider (same id as the node)."""
+
+    def __init__(self) -> None:
+        self.consumers: list[dict[str, Any]] = []
+        self.allocations: list[dict[str, Any]] = []
+
+    def add(self, host: _Host, inst: str, amounts: dict[str, int], numa_cells: str | None,
+            pci_devices: str | None, group: str | None = None) -> None:
+        node = host.node
+        consumer_id = len(self.consumers) + 1
+        node["running_vms"] += 1
+        self.consumers.append({
+            "id": consumer_id, "uuid": inst, "consumer_type": "instance", "instance_uuid": inst,
+            "compute_node_id": node["id"], "numa_cells": numa_cells, "pci_devices": pci_devices,
+            "project_id": "bench", "user_id": "bench",
+            "instance_group": group_key("bench", group), "request_spec": None,
+            "pending": False})
+        for rc, n in amounts.items():
+            host.used[rc] += n
+            self.allocations.append({"consumer_id": consumer_id, "provider_id": node["id"],
+                                     "resource_class": rc, "amount": n})
+
+
 def generate_fleet(size: int, seed: int = 42) -> BenchFleet:
     """All rows of a ``size``-host fleet; deterministic for ``seed``."""
     rng = random.Random(seed)
     shapes = _Shapes()
-    nodes: list[dict[str, Any]] = []
+    hosts: list[_Host] = []
     devices: list[dict[str, Any]] = []
-    allocs: list[dict[str, Any]] = []
+    rows = _Rows()
+    traits: dict[str, str] = {}
     host_model: dict[str, str] = {}
     members: dict[str, list[str]] = {name: [] for name in
                                      ("az1", "az2", "ssd", "highmem", "pinned", "sriov", "gpu",
@@ -350,16 +430,11 @@ def generate_fleet(size: int, seed: int = 42) -> BenchFleet:
         node_id = i + 1
         name = f"compute-{i:06d}"
         vcpus, memory_mb = rng.choice(model.vcpus), rng.choice(model.memory_gb) * 1024
+        local_gb = rng.choice(model.disk_gb)
+        cpu_ratio, ram_ratio = rng.choice(model.cpu_ratios), rng.choice(model.ram_ratios)
         node = {
             "id": node_id, "uuid": _uuid(rng), "host": name, "hypervisor_hostname": name,
-            "vcpus": vcpus, "memory_mb": memory_mb, "local_gb": rng.choice(model.disk_gb),
-            "vcpus_used": 0, "memory_mb_used": 0, "disk_mb_used": 0, "running_vms": 0,
-            "current_workload": 0, "failed_builds": 0,
-            "cpu_allocation_ratio": rng.choice(model.cpu_ratios),
-            "ram_allocation_ratio": rng.choice(model.ram_ratios),
-            "disk_allocation_ratio": 1.0,
-            "reserved_host_memory_mb": 4096, "reserved_host_disk_mb": 10240,
-            "reserved_host_cpus": 0,
+            "running_vms": 0, "current_workload": 0, "failed_builds": 0,
             "hypervisor_type": "QEMU",
             "hypervisor_version": rng.choice(model.hypervisor_versions),
             "host_ip": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}",
@@ -370,6 +445,16 @@ def generate_fleet(size: int, seed: int = 42) -> BenchFleet:
         }
         if node["disabled"]:
             node["disabled_reason"] = "maintenance"
+        topology = shapes.topology(model, vcpus, memory_mb) if model.numa_cells else None
+        if model.name not in traits:
+            traits[model.name] = _traits(model, topology)
+        host = _Host(node, inventory.node_inventories(
+            vcpus=vcpus, memory_mb=memory_mb, local_gb=local_gb,
+            cpu_allocation_ratio=cpu_ratio, ram_allocation_ratio=ram_ratio,
+            disk_allocation_ratio=1.0, reserved_host_memory_mb=4096,
+            reserved_host_disk_mb=10240,
+            dedicated_cpus=sum(len(c["pcpuset"]) for c in topology["cells"])
+            if topology else 0))
         host_model[name] = model.name
         node_devices = [{**d, "compute_node_id": node_id, "status": "available",
                          "instance_uuid": None} for d in shapes.devices(model)]
@@ -379,29 +464,28 @@ def generate_fleet(size: int, seed: int = 42) -> BenchFleet:
                 pattern = tuple(rng.randrange(len(EXISTING_PINNED))
                                 for _ in range(rng.randint(1, 3)))
                 pinned = shapes.pinned(model, vcpus, memory_mb, pattern)
-                if pinned is not None and _room(node, tuple(
-                        sum(EXISTING_PINNED[i][k] for i in pattern) for k in range(3))):
+                if pinned is not None and host.room(_summed(
+                        dict(held) for _i, _f, held in pinned.fitted)):
                     node["numa_topology"] = pinned.topology_json
                     by_addr = {d["address"]: d for d in node_devices}
-                    for (index, fitted), (addrs, plan) in zip(pinned.fitted, pinned.device_plan,
-                                                              strict=True):
+                    for (_index, fitted, held), (addrs, plan) in zip(
+                            pinned.fitted, pinned.device_plan, strict=True):
                         inst = _uuid(rng)
                         for addr, status in plan.items():
                             by_addr[addr]["status"] = status
                             if status == pci_device.CLAIMED:
                                 by_addr[addr]["instance_uuid"] = inst
-                        v, m, d, _ = EXISTING_PINNED[index]
-                        _add_allocation(node, allocs, inst, (v, m, d), fitted,
-                                        json.dumps(list(addrs)) if addrs else None)
-        target = _fill_target(rng) * _limits(node)[1]
+                        rows.add(host, inst, dict(held), fitted,
+                                 json.dumps(list(addrs)) if addrs else None)
+        target = _fill_target(rng) * host.capacity(MEMORY_MB)
         for _ in range(64):
-            if node["memory_mb_used"] >= target:
+            if host.used[MEMORY_MB] >= target:
                 break
-            flavor = rng.choice(EXISTING_FLAVORS)
-            if not _room(node, flavor):
+            flavor = _PLAIN[rng.choice(EXISTING_FLAVORS)]
+            if not host.room(flavor):
                 break
-            _add_allocation(node, allocs, _uuid(rng), flavor, None, None)
-        nodes.append(node)
+            rows.add(host, _uuid(rng), flavor, None, None)
+        hosts.append(host)
         devices.extend(node_devices)
         members[AZS[(i // 64) % 2]].append(name)         # racks of 64 alternate zones
         if rng.random() < 0.3 and model.name not in ("old", "arm"):
@@ -419,72 +503,79 @@ def generate_fleet(size: int, seed: int = 42) -> BenchFleet:
         if rng.random() < 0.05:
             members["windows"].append(name)
 
-    groups, server_groups = _add_groups(rng, nodes, allocs, size)
+    groups, server_groups = _add_groups(rng, hosts, rows, size)
+    providers, inventories = [], []
+    for host in hosts:
+        node = host.node
+        providers.append({"id": node["id"], "uuid": node["uuid"],
+                          "name": node["hypervisor_hostname"], "compute_node_id": node["id"],
+                          "parent_id": None,
+                          "traits": traits[host_model[node["host"]]]})
+        inventories.extend({"provider_id": node["id"], "resource_class": rc,
+                            **inv.to_primitive(), "used": host.used[rc]}
+                           for rc, inv in host.inventories.items())
     metadata = {"az1": {"availability_zone": "az1"}, "az2": {"availability_zone": "az2"},
                 "ssd": {"ssd": "true"}, "highmem": {"highmem": "true"},
                 "pinned": {"pinned": "true"}, "sriov": {"sriov": "true"},
                 "gpu": {"gpu": "true"}, "legacy": {"legacy": "true"},
                 "windows": {"os_type": "windows", "cpu_allocation_ratio": "2.0"}}
     aggregates, agg_hosts, agg_meta = [], [], []
-    for agg_id, (name, hosts) in enumerate(members.items(), start=1):
+    for agg_id, (name, agg_members) in enumerate(members.items(), start=1):
         aggregates.append({"id": agg_id, "uuid": _uuid(rng), "name": name, "deleted": 0})
-        agg_hosts.extend({"aggregate_id": agg_id, "host": h} for h in hosts)
+        agg_hosts.extend({"aggregate_id": agg_id, "host": h} for h in agg_members)
         agg_meta.extend({"aggregate_id": agg_id, "key": k, "value": v}
                         for k, v in metadata[name].items())
-    return BenchFleet(size=size, seed=seed, nodes=nodes, pci_devices=devices,
-                      allocations=allocs, aggregates=aggregates, aggregate_hosts=agg_hosts,
+    return BenchFleet(size=size, seed=seed, nodes=[h.node for h in hosts],
+                      pci_devices=devices, providers=providers, inventories=inventories,
+                      consumers=rows.consumers, allocations=rows.allocations,
+                      aggregates=aggregates, aggregate_hosts=agg_hosts,
                       aggregate_metadata=agg_meta, server_groups=server_groups,
                       groups=groups, models=host_model)
 
 
-def _add_groups(rng: random.Random, nodes: list[dict], allocs: list[dict], size: int
+def _summed(amounts: Iterable[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for held in amounts:
+        for rc, n in held.items():
+            out[rc] = out.get(rc, 0) + n
+    return out
+
+
+def _add_groups(rng: random.Random, hosts: list[_Host], rows: _Rows, size: int
                 ) -> tuple[dict[str, dict], list[dict]]:
     """Server groups of every policy with 2-4 members each, on enabled hosts with
     room: an affinity group's members on one host, an anti-affinity group's on
     distinct hosts (at most ``max_server_per_host`` per host when set)."""
     groups: dict[str, dict] = {}
-    rows = []
+    out = []
     per_policy = max(3, size // 400)
-    enabled = [n for n in nodes if not n["disabled"]]
+    enabled = [h for h in hosts if not h.node["disabled"]]
+    flavor = _PLAIN[GROUP_FLAVOR]
     for policy in GROUP_POLICIES:
         for g in range(per_policy):
             uuid = _uuid(rng)
             max_per_host = 2 if policy == "anti-affinity" and g % 3 == 0 else None
             n_members = rng.randint(2, 4)
             if policy == "affinity":
-                hosts = [rng.choice(enabled)] * n_members
+                picked = [rng.choice(enabled)] * n_members
             elif policy == "anti-affinity":
                 picks = rng.sample(enabled, n_members)
-                hosts = picks if max_per_host is None else (picks[:1] * 2 + picks[1:])[
+                picked = picks if max_per_host is None else (picks[:1] * 2 + picks[1:])[
                     :n_members]
             else:
-                hosts = [rng.choice(enabled) for _ in range(n_members)]
+                picked = [rng.choice(enabled) for _ in range(n_members)]
             member_uuids = []
-            for node in hosts:
-                if not _room(node, GROUP_FLAVOR):
+            for host in picked:
+                if not host.room(flavor):
                     continue
                 inst = _uuid(rng)
-                _add_allocation(node, allocs, inst, GROUP_FLAVOR, None, None, group=uuid)
+                rows.add(host, inst, flavor, None, None, group=uuid)
                 member_uuids.append(inst)
             groups[uuid] = {"policy": policy, "max_server_per_host": max_per_host,
                             "members": member_uuids}
             if policy in ("affinity", "anti-affinity"):
-                rows.append({"uuid": group_key("bench", uuid), "generation": 0})
-    return groups, rows
-
-
-def _add_allocation(node: dict, allocs: list, inst: str, flavor: tuple[int, int, int],
-                    numa_cells: str | None, pci_devices: str | None,
-                    group: str | None = None) -> None:
-    vcpus, memory_mb, disk_mb = flavor
-    node["vcpus_used"] += vcpus
-    node["memory_mb_used"] += memory_mb
-    node["disk_mb_used"] += disk_mb
-    node["running_vms"] += 1
-    allocs.append({"instance_uuid": inst, "compute_node_id": node["id"], "vcpus": vcpus,
-                   "memory_mb": memory_mb, "disk_mb": disk_mb, "numa_cells": numa_cells,
-                   "pci_devices": pci_devices, "project_id": "bench", "user_id": "bench",
-                   "instance_group": group_key("bench", group), "request_spec": None})
+                out.append({"uuid": group_key("bench", uuid), "generation": 0})
+    return groups, out
 
 
 # -- loading ------------------------------------------------------------------------------
@@ -515,7 +606,11 @@ def load_fleet(db: Database, fleet: BenchFleet, chunk: int = 10000) -> float:
         (_cn, nodes, {}),
         (_svc, services, {}),
         (_pci, fleet.pci_devices, times),
-        (_alloc, fleet.allocations, {"created_at": stamp}),
+        (_rp, fleet.providers, {"created_at": stamp - datetime.timedelta(days=30),
+                                "updated_at": stamp}),
+        (_inv, fleet.inventories, {}),
+        (_cons, fleet.consumers, {"created_at": stamp}),
+        (_alloc, fleet.allocations, {}),
         (_agg, fleet.aggregates, times),
         (_agg_hosts, fleet.aggregate_hosts, {}),
         (_agg_meta, fleet.aggregate_metadata, {}),

@@ -180,7 +180,7 @@ def run(sizes: Sequence[int], backends: Sequence[str], trace_size: int, seed: in
         c = fleet.counts()
         print(f"\n== realistic {size:,} hosts: " + ", ".join(
             f"{c[f'model_{m}']:,} {m}" for m in bench_fleet.MODEL_NAMES)
-            + f"; {c['allocations']:,} instances ({c['pinned_allocations']:,} pinned, "
+            + f"; {c['instances']:,} instances ({c['pinned_instances']:,} pinned, "
               f"{c['group_members']:,} in {c['groups']} groups), {c['pci_devices']:,} PCI "
               f"devices ({c['pci_claimed']:,} claimed); trace of {len(ops)} operations "
               f"in {trace_path} ==", flush=True)

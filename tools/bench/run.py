@@ -49,6 +49,7 @@ import sqlalchemy as sa  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 
 from db import models  # noqa: E402
+from db.inventory import MEMORY_MB, VCPU  # noqa: E402
 from scheduler import exception  # noqa: E402
 from scheduler.filter_scheduler import (  # noqa: E402
     DEFAULT_FILTERS,
@@ -344,9 +345,13 @@ def _run_case(sched: FilterScheduler, case: Case, iterations: int, budget_s: flo
 
 def _bench_refresh(db, hm: HostManager, changed: int, iterations: int, budget_s: float
                    ) -> list[float]:
-    """Time ``hm.refresh()`` after ``changed`` random rows got new usage, generation and
-    updated_at in SQL (usage alternates +1/-1 so the fleet ends as it started)."""
+    """Time ``hm.refresh()`` after ``changed`` random nodes got new usage, generation and
+    updated_at in SQL as a claim writes them: the root provider's VCPU and MEMORY_MB
+    ``used``, the node's generation and ``updated_at`` (usage alternates +1/-1 so the
+    fleet ends as it started)."""
     cn = models.ComputeNode.__table__
+    rp = models.ResourceProvider.__table__
+    inv = models.ProviderInventory.__table__
     ids = [h.node_id for h in hm.host_states()]
     rng = random.Random(7)
     samples: list[float] = []
@@ -357,10 +362,14 @@ def _bench_refresh(db, hm: HostManager, changed: int, iterations: int, budget_s:
             pick = rng.sample(ids, changed)
             sign = 1 if i % 2 == 0 else -1
             before = {n: hm.get(n).vcpus_used for n in pick}
+            roots = sa.select(rp.c.id).where(rp.c.compute_node_id.in_(pick),
+                                             rp.c.parent_id.is_(None))
             with db.writer_connection() as conn:
+                conn.execute(sa.update(inv).where(
+                    inv.c.provider_id.in_(roots), inv.c.resource_class.in_((VCPU, MEMORY_MB))
+                ).values(used=inv.c.used + sa.case((inv.c.resource_class == VCPU, sign),
+                                                   else_=512 * sign)))
                 conn.execute(sa.update(cn).where(cn.c.id.in_(pick)).values(
-                    vcpus_used=cn.c.vcpus_used + sign,
-                    memory_mb_used=cn.c.memory_mb_used + 512 * sign,
                     generation=cn.c.generation + 1, updated_at=models.utcnow()))
         t0 = time.perf_counter()
         hm.refresh()
@@ -706,7 +715,8 @@ def run_steady(args: argparse.Namespace, sizes: list[int], backends: list[str],
         c = fleet.counts()
         print(f"\n== steady {size:,} hosts: generated in {time.perf_counter() - t0:.1f} s: "
               f"{c['numa_hosts']:,} NUMA, {c['pci_hosts']:,} with PCI "
-              f"({c['pci_devices']:,} devices), {c['allocations']:,} allocations, "
+              f"({c['pci_devices']:,} devices), {c['instances']:,} instances "
+              f"({c['allocations']:,} allocation rows), "
               f"{c['aggregates']} aggregates ==")
         size_backends = [b for b in backends if b != "mariadb" or size <= args.mariadb_max]
         if len(size_backends) < len(backends):
@@ -720,7 +730,7 @@ def run_steady(args: argparse.Namespace, sizes: list[int], backends: list[str],
                 load_s = bench_fleet.load_fleet(bdb.db, fleet)
                 res.add("load.bulk_s", "bulk load of the fleet (Core executemany)", size,
                         backend, load_s, "s", f"{c['pci_devices']:,} PCI rows, "
-                        f"{c['allocations']:,} allocations")
+                        f"{c['instances']:,} instances, {c['allocations']:,} allocation rows")
                 bench_inprocess(bdb.db, size, backend, res, iterations, budget,
                                 args.profile_case, cases)
                 if backend == daemon_backend and not e2e_skip:

@@ -69,8 +69,8 @@ class _Gen:
     def __init__(self, rng: random.Random, fleet: bench_fleet.BenchFleet) -> None:
         self.rng = rng
         self.hosts = [n["host"] for n in fleet.nodes]
-        self.existing = [a["instance_uuid"] for a in fleet.allocations
-                         if not a["instance_group"]]
+        self.existing = [c["instance_uuid"] for c in fleet.consumers
+                         if not c["instance_group"]]
         self.groups = {policy: [u for u, g in fleet.groups.items() if g["policy"] == policy]
                        for policy in bench_fleet.GROUP_POLICIES}
         self.max_per_host = {u: g["max_server_per_host"] for u, g in fleet.groups.items()
