@@ -218,7 +218,7 @@ def test_the_install_guide_makes_a_two_scheduler_deployment(deployment):
     verified = d.run("install-verify")
     out = verified.stdout + verified.stderr
     assert "refused, as it should be" in verified.stdout, out
-    assert "ACCESS_REFUSED - access to topic 'scheduler_admin' in exchange 'berth'" \
+    assert "ACCESS_REFUSED - access to exchange 'admin_berth'" \
         in verified.stderr, out
     held = subprocess.run(["berth-manage", "--config-file", str(d.etc / "berth.conf"),
                            "allocations", "list", "--json"],
