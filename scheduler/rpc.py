@@ -62,7 +62,7 @@ rpc_opts = [
                     "(select_destinations, confirm, release, reschedule, moves) stay "
                     "on [scheduler] topic, and each topic refuses the other's calls "
                     "(ping is served on both). The admin topic lives on an exchange "
-                    "of its own, 'admin_' + the control exchange's name (e.g. "
+                    "of its own, ``admin_`` + the control exchange's name (e.g. "
                     "admin_berth). Unset: every call on [scheduler] topic. Set it, "
                     "and give the compute API's broker user no write permission on "
                     "that exchange, to keep compute APIs away from admin calls (the "

@@ -101,8 +101,10 @@ _IMAGE_VALUES = {
     "hw_maxphysaddr_bits": ("40", "46", "48"),
 }
 _ISOLATION_PROPS = {"os_distro": ("ubuntu", "debian", "windows", "Ubuntu"),
-                    "hw_vm_mode": ("hvm", "xen"), "os_type": ("linux", "windows"),
-                    "hw_disk_bus": ("virtio", "scsi", "ide")}
+                    "hw_vm_mode": ("hvm", "xen", "hv", "HVM"),
+                    "os_type": ("linux", "windows", "Linux"),
+                    "hw_disk_bus": ("virtio", "scsi", "ide"), "custom_prop": ("a", "c"),
+                    "ns.os_distro": ("ubuntu", "debian")}
 
 _QUERIES = (
     '[">=", "$free_ram_mb", {n}]', '["<", "$free_disk_mb", {n}]', '["=", "$vcpus_used", {k}]',
@@ -271,7 +273,8 @@ def _io_ops(rng, case, pool):
 
 def _cidr(rng, case, pool):
     hints = {"build_near_host_ip": rng.choice(["10.0.0.5", "10.0.1.7", "192.168.1.200",
-                                               "10.1.0.1"])}
+                                               "10.1.0.1", " 10.0.0.9", "10.0.0.9 ",
+                                               "10.0.0.300"])}
     cidr = rng.choice([None, "/24", "/16", "/23", "/32", "/8", "/0"])
     if cidr is not None:
         hints["cidr"] = cidr

@@ -200,5 +200,64 @@ def candidates(case: dict, index: int, berth, nova: str) -> list[tuple]:
 def unexplained(case: dict, berth, nova: str) -> str:
     b = "passes" if berth is None else ("invalid request" if berth.startswith("invalid")
                                         else "refuses")
-    n = nova if nova in ("pass", "fail") else nova[:60]
+    n = nova if nova in ("pass", "fail") else "raises " + nova.split(":")[1].strip()
     return f"unexplained: Berth {b}, Nova {n}"
+
+
+#: Image properties Nova's ImageMetaProps has no field for: its
+#: AggregateImagePropertiesIsolation skips them.
+NOT_NOVA_FIELDS = ("custom_prop", "ns.os_distro")
+#: Values Nova's image property fields coerce (what Nova then compares).
+NOVA_COERCED = {"hw_vm_mode": {"hv": "hvm", "HVM": "hvm"}, "os_type": {"Linux": "linux"}}
+
+
+def _unknown_to_nova(case, host, berth, nova):
+    return berth is not None and nova == "pass" and \
+        any(k in _props(case) for k in NOT_NOVA_FIELDS)
+
+
+def _coerced_by_nova(case, host, berth, nova):
+    props = _props(case)
+    return any(props.get(k) in values for k, values in NOVA_COERCED.items())
+
+
+def _as_nova_coerces(case, host):
+    out = _one(case, host)
+    props = out["request"]["image"]["properties"]
+    for key, values in NOVA_COERCED.items():
+        if props.get(key) in values:
+            props[key] = values[props[key]]
+    return out
+
+
+RULES += [
+    ("AggregateImagePropertiesIsolation",
+     "a property Nova has no field for (custom or namespaced): Berth compares it, Nova "
+     "skips it", DOCUMENTED, _unknown_to_nova,
+     lambda case, host: _drop_props(case, host, NOT_NOVA_FIELDS)),
+    ("AggregateImagePropertiesIsolation",
+     "Nova compares the value its image field coerced (hv is hvm, Linux is linux)",
+     DOCUMENTED, _coerced_by_nova, _as_nova_coerces),
+    ("SimpleCIDRAffinityFilter", "Berth refuses a malformed address or CIDR hint up front",
+     DOCUMENTED, lambda case, host, berth, nova: isinstance(berth, str) and berth.startswith(
+         "invalid: scheduler_hints."),
+     lambda case, host: dict(_one(case, host), request=dict(case["request"],
+                                                             scheduler_hints={}))),
+]
+
+
+def _blank_address(case, host, berth, nova):
+    near = (case["request"].get("scheduler_hints") or {}).get("build_near_host_ip", "")
+    return nova.startswith("raise") and near != near.strip()
+
+
+def _stripped_address(case, host):
+    out = _one(case, host)
+    hints = out["request"]["scheduler_hints"]
+    hints["build_near_host_ip"] = hints["build_near_host_ip"].strip()
+    return out
+
+
+RULES.append(("SimpleCIDRAffinityFilter",
+              "blanks around the address hint: Berth strips them, Nova raises", DOCUMENTED,
+              _blank_address, _stripped_address))
