@@ -65,6 +65,7 @@ def host_state(data: dict, now: datetime.datetime):
     return fakes.fake_host(
         data["host"], vcpus=data["vcpus"], memory_mb=data["memory_mb"],
         local_gb=data["local_gb"], vcpus_used=data["vcpus_used"],
+        cpu_allocation_ratio=data.get("cpu_allocation_ratio", 1.0),
         memory_mb_used=data["memory_mb_used"], disk_mb_used=data["local_gb_used"] * 1024,
         hypervisor_type=data["hypervisor_type"], hypervisor_version=data["hypervisor_version"],
         cpu_info=data["cpu_info"],

@@ -341,6 +341,7 @@ def make_weigher_cases(seed: int, count: int) -> list[dict]:
         for j, host in enumerate(hosts):
             host["host"] = f"w{j}"
             host["metrics"] = {m: rng.choice([0, 5.0, 40, 80.5, 99]) for m in _METRICS}
+            host["cpu_allocation_ratio"] = rng.choice([1.0, 2.0, 4.0, 16.0])
         out.append({"id": i, "hosts": hosts,
                     "request": {"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}},
                     "conf": {"metrics": {"weight_setting": ["cpu.percent=-1.0",

@@ -61,7 +61,8 @@ def compute_node(data: dict) -> objects.ComputeNode:
         stats=stats, current_workload=data["num_io_ops"], running_vms=data["num_instances"],
         metrics=json.dumps([{"name": k, "value": v, "timestamp": _STAMP, "source": "libvirt"}
                             for k, v in data["metrics"].items()]),
-        cpu_allocation_ratio=1.0, ram_allocation_ratio=1.0, disk_allocation_ratio=1.0,
+        cpu_allocation_ratio=data.get("cpu_allocation_ratio", 1.0), ram_allocation_ratio=1.0,
+        disk_allocation_ratio=1.0,
         numa_topology=None, pci_device_pools=objects.PciDevicePoolList(objects=pools),
         updated_at=None)
 

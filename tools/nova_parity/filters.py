@@ -39,7 +39,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tools.nova_parity import filter_cases  # noqa: E402
-from tools.nova_parity.filter_rules import BERTH_BUG, RULES, candidates, unexplained  # noqa: E402
+from tools.nova_parity.filter_rules import (  # noqa: E402
+    BERTH_BUG,
+    DOCUMENTED,
+    RULES,
+    candidates,
+    unexplained,
+)
 
 BATCH = 50
 
@@ -106,24 +112,40 @@ def agrees(berth, nova: str) -> bool:
 
 def explain(sides: Sides, pending: list[tuple], classes: dict) -> None:
     """Put each disagreement in the class of the first rule whose cause is present
-    and whose removal makes the two agree; the rest are unexplained (Berth bugs)."""
-    while pending:
-        asked = [(entry, entry[4][0], entry[4][0][4](entry[0], entry[0]["hosts"][entry[1]]))
-                 for entry in pending if entry[4]]
-        for case, i, b, n, cands in pending:
-            if not cands:
+    and whose removal makes the two agree (or, when several causes are present
+    and none alone explains it, of all of them removed together); the rest are
+    unexplained (Berth bugs)."""
+    work = []
+    for case, i, b, n, cands in pending:
+        tries = [[rule] for rule in cands] + ([list(cands)] if len(cands) > 1 else [])
+        work.append((case, i, b, n, tries))
+    while work:
+        asked = []
+        for entry in work:
+            case, i, b, n, tries = entry
+            if not tries:
                 classes[case["filter"], BERTH_BUG, unexplained(case, b, n)].append(
                     (case, i, b, n))
-        pending = []
+                continue
+            rules = tries[0]
+            smaller, host = case, case["hosts"][i]
+            for rule in rules:
+                smaller = rule[4](smaller, host)
+                host = smaller["hosts"][0]
+            asked.append((entry, rules, smaller))
+        work = []
         if not asked:
             break
-        results = sides.answers([without for _, _, without in asked])
-        for (entry, rule, _), (b2, n2) in zip(asked, results, strict=True):
-            case, i, b, n, cands = entry
-            if agrees(b2[0], n2[0]):
-                classes[case["filter"], rule[2], rule[1]].append((case, i, b, n))
-            else:
-                pending.append((case, i, b, n, cands[1:]))
+        results = sides.answers([smaller for _, _, smaller in asked])
+        for (entry, rules, _), (b2, n2) in zip(asked, results, strict=True):
+            case, i, b, n, tries = entry
+            if not agrees(b2[0], n2[0]):
+                work.append((case, i, b, n, tries[1:]))
+                continue
+            label = " + ".join(rule[1] for rule in rules)
+            category = DOCUMENTED if any(rule[2] == DOCUMENTED for rule in rules) \
+                else rules[0][2]
+            classes[case["filter"], category, label].append((case, i, b, n))
 
 
 # -- minimising --------------------------------------------------------------------------
