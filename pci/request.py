@@ -8,7 +8,8 @@ says how close to the instance's NUMA cells they must be (see ``pci.matching``).
 A spec key that is not a device field (``vendor_id``, ``product_id``,
 ``dev_type``, ``physical_network``) names a device tag (``[pci] device_spec``):
 ``{"vendor_id": "8086", "trusted": "true"}`` wants an Intel device tagged
-``trusted: true``. Tag values compare case-insensitively (``True`` = ``true``), and a
+``trusted: true``. Tag values and ``physical_network`` compare case-insensitively
+(``True`` = ``true``, ``PHYSNET2`` = ``physnet2``), and a
 device without the tag does not match. A device tagged ``remote_managed: true``
 (a SmartNIC port managed by its DPU) is handed out only to a spec that asks for
 ``remote_managed: true``, as Nova keeps such devices from plain SR-IOV requests.
@@ -148,7 +149,7 @@ def _spec(data: Any, field: str) -> dict:
         else:
             physnet = normalize_physical_network(value, f"{field}.{key}")
             if physnet is not None:
-                spec[name] = physnet
+                spec[name] = physnet.lower()
     spec.update(normalize_tags(tags, field))
     return spec
 
@@ -302,7 +303,7 @@ def spec_matches(spec: Mapping[str, str], key: Any) -> bool:
     if p is not None and p != key.product_id:
         return False
     n = spec.get("physical_network")
-    if n is not None and n != key.physical_network:
+    if n is not None and (key.physical_network is None or n != key.physical_network.lower()):
         return False
     have = getattr(key, "tag_values", None)
     if have is None:

@@ -290,6 +290,7 @@ class RequestSpec:
             ignore_hosts=strings(data.get("ignore_hosts"), "ignore_hosts"),
             raw_pci_requests=tuple(raw_pci),
         )
+        _check_address_bits(flavor, image)
         numa_topology = _numa_topology(flavor, image)
         pci_requests = _pci_requests(flavor, image, raw_pci, pci_aliases or {})
         raw_member_of = data.get("member_of")
@@ -335,6 +336,35 @@ def _fit_key(numa_topology: Any, pci_requests: tuple) -> tuple:
     return (numa_topology,
             tuple((r.count, tuple(tuple(sorted(d.items())) for d in r.specs), r.numa_policy,
                    r.alias_name) for r in pci_requests))
+
+
+#: Where a request asks for a guest physical address width (``cpu_info``'s
+#: ``maxphysaddr.bits`` on the host must be at least this).
+ADDRESS_BITS_KEYS = (("flavor.extra_specs", "hw:maxphysaddr_bits"),
+                     ("image.properties", "hw_maxphysaddr_bits"))
+MAX_ADDRESS_BITS = 1024
+
+
+def address_bits(value: str | None) -> int | None:
+    """``hw:maxphysaddr_bits`` / ``hw_maxphysaddr_bits`` as a number of bits, or
+    None when absent or not a whole number from 1 to MAX_ADDRESS_BITS."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text.isascii() or not text.isdigit():
+        return None
+    bits = int(text)
+    return bits if 1 <= bits <= MAX_ADDRESS_BITS else None
+
+
+def _check_address_bits(flavor: Flavor, image: Image) -> None:
+    for where, key in ADDRESS_BITS_KEYS:
+        source = flavor.extra_specs if where == "flavor.extra_specs" else image.properties
+        value = source.get(key)
+        if value is not None and address_bits(value) is None:
+            raise InvalidRequest(field=f"{where}.{key}",
+                                 reason=f"expected a whole number of bits from 1 to "
+                                        f"{MAX_ADDRESS_BITS}, got {value!r}")
 
 
 def _numa_topology(flavor: Flavor, image: Image):

@@ -5,7 +5,8 @@ Checked extra specs (Nova's rules): keys scoped ``aggregate_instance_extra_specs
 The host passes when, for every such key, one of its aggregates' values for it
 satisfies the requirement (operators of :mod:`scheduler.filters.extra_specs_ops`).
 A metadata value may list several values separated by commas. A host whose
-aggregates lack the key fails.
+aggregates lack the key fails (so does every host for a scoped key with an
+empty name, ``aggregate_instance_extra_specs:``).
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def _checked(key: str) -> str | None:
     scope, sep, rest = key.partition(":")
     if not sep:
         return key
-    if scope == SCOPE and rest:
-        return rest
+    if scope == SCOPE:
+        return rest          # may be empty: no aggregate has that key, every host fails
     return None
 
 
@@ -49,7 +50,7 @@ class AggregateInstanceExtraSpecsFilter(BaseHostFilter):
         requirements = parse_extra_specs(specs)
         if not requirements:
             return SKIP
-        key = tuple(sorted((k, v) for k, v in specs.items() if _checked(k)))
+        key = tuple(sorted((k, v) for k, v in specs.items() if _checked(k) is not None))
         return (key, requirements)
 
     def class_key(self, host):

@@ -8,6 +8,9 @@ Which extra specs are checked (Nova's rules):
   capability the host lacks fails the host.
 - an unscoped key (no ``:``) is checked the same way only when it names a host
   attribute or a stats key of that host; otherwise it is ignored.
+- ``hw:maxphysaddr_bits: N`` is checked as ``capabilities:cpu_info:maxphysaddr:bits``
+  ``>= N`` (replacing a spec of that key): a host that does not report its
+  physical address width fails.
 - any other scope (``hw:``, ``pci_passthrough:``…) is ignored here.
 
 The host value is compared as a string (Python ``str``; booleans as
@@ -23,6 +26,7 @@ import numpy as np
 from scheduler.filters import SKIP, BaseHostFilter
 from scheduler.filters.extra_specs_ops import Predicate, compile_requirement, numeric_requirement
 from scheduler.host_classes import PASS, UNKNOWN
+from scheduler.request_spec import address_bits
 
 SCOPE = "capabilities"
 
@@ -80,15 +84,30 @@ class _Requirement:
         self.numeric = numeric_requirement(req)
 
 
+#: A flavor's guest physical address width: the host's ``cpu_info`` must report
+#: at least as many bits (it replaces a ``capabilities:`` spec of that path).
+ADDRESS_BITS_SPEC = "hw:maxphysaddr_bits"
+ADDRESS_BITS_PATH = ["cpu_info", "maxphysaddr", "bits"]
+
+
 def parse_extra_specs(extra_specs) -> tuple[_Requirement, ...]:
-    """The extra specs this filter checks, parsed (once per request)."""
+    """The extra specs this filter checks, parsed (once per request). A scoped
+    key with an empty name (``capabilities:``) names nothing a host has, so it
+    fails every host."""
     out = []
+    bits = address_bits(extra_specs.get(ADDRESS_BITS_SPEC))
+    replaced = SCOPE + ":" + ":".join(ADDRESS_BITS_PATH) if bits is not None else None
     for key, req in extra_specs.items():
         path = key.split(":")
         if len(path) == 1:
             out.append(_Requirement(key, path, True, req))
-        elif path[0] == SCOPE and len(path) > 1 and path[1]:
+        elif path[0] == SCOPE and key != replaced:
             out.append(_Requirement(key, path[1:], False, req))
+    if bits is not None:
+        item = _Requirement(ADDRESS_BITS_SPEC, ADDRESS_BITS_PATH, False, f">= {bits}")
+        item.reason = f"extra spec {ADDRESS_BITS_SPEC}='{extra_specs[ADDRESS_BITS_SPEC]}' " \
+                      f"not satisfied"
+        out.append(item)
     return tuple(out)
 
 

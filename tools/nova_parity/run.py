@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="example cases to print per class of difference")
     parser.add_argument("--target", type=float, default=99.0,
                         help="least agreement (%%) with isolate_on_smt_hosts=refuse")
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)   # the other script's arguments too
 
     started = time.monotonic()
     cases = make_cases(args.seed, args.cases)

@@ -168,3 +168,24 @@ class TestTagSpecs:
             requests_from_primitive([{"count": 1, "spec": [spec]}])
         assert exc.value.field == field
         assert words in exc.value.reason
+
+
+class TestPhysicalNetwork:
+    """``physical_network`` names compare case-insensitively on both sides."""
+
+    @pytest.mark.parametrize("asked, device, matches", [
+        ("PHYSNET2", "physnet2", True),
+        ("physnet2", "PhysNet2", True),
+        ("physnet2", "physnet2", True),
+        ("physnet2", "physnet3", False),
+        ("physnet2", None, False),
+    ])
+    def test_case_insensitive(self, asked, device, matches):
+        from pci.pools import PoolKey
+        from pci.request import spec_matches
+
+        (req,) = requests_from_primitive(
+            [{"count": 1, "spec": [{"vendor_id": "8086", "physical_network": asked}]}])
+        key = PoolKey("8086", "154c", "type-VF", 0, device)
+        assert spec_matches(req.specs[0], key) is matches
+        assert req.matches(key) is matches

@@ -91,7 +91,8 @@ def _pci(rng):
         for vf in range(rng.randint(0, 3)):
             devs.append({"address": f"0000:8{pf}:02.{vf}", "vendor_id": "8086",
                          "product_id": "154c", "dev_type": "type-VF", "parent_addr": pf_addr,
-                         "numa_node": pf, "physical_network": "physnet1"})
+                         "numa_node": pf,
+                         "physical_network": rng.choice(["physnet1", "physnet1", "PhysNet1"])})
     return devs
 
 
@@ -107,7 +108,9 @@ def _fleet(rng, n):
              "hypervisor_version": 6000000 if model == "old" else rng.choice([7002000, 8002000]),
              "stats": {"tier": rng.choice(["gold", "silver"])},
              "supported_instances": [["x86_64", "kvm", "hvm"]] if model != "old" else
-             [["x86_64", "kvm", "hvm"], ["i686", "kvm", "hvm"]],
+             [["X86_64", "KVM", "hvm"], ["i386", "kvm", "HV"]],
+             "cpu_info": rng.choice([{}, {"maxphysaddr": {"bits": 39}},
+                                     {"maxphysaddr": {"mode": "passthrough", "bits": 46}}]),
              "disabled": rng.random() < 0.1,
              "host_ip": f"10.0.{i // 16}.{i % 16 + 1}"}
         if rng.random() < 0.9:
@@ -165,7 +168,15 @@ def _request(rng, sched, group_uuid, placed=()):
         specs["hw:mem_page_size"] = rng.choice(["small", "large", "any", "2048"])
     if rng.random() < 0.1 and flavor["vcpus"] >= 2:
         specs["hw:numa_nodes"] = "2"
-    if rng.random() < 0.2:
+    if rng.random() < 0.05:
+        specs[rng.choice(["capabilities:", "aggregate_instance_extra_specs:"])] = "true"
+    if rng.random() < 0.1:
+        specs["hw:maxphysaddr_bits"] = rng.choice(["40", "46"])
+    if rng.random() < 0.05:
+        req["pci_requests"] = [{"count": 1, "spec": [
+            {"vendor_id": "8086", "product_id": "154c",
+             "physical_network": rng.choice(["PHYSNET1", "physnet1", "physnet2"])}]}]
+    elif rng.random() < 0.2:
         specs["pci_passthrough:alias"] = rng.choice(["vf:1", "vf:2"])
         if rng.random() < 0.5:
             specs["hw:pci_numa_affinity_policy"] = rng.choice(["legacy", "preferred",
@@ -173,7 +184,10 @@ def _request(rng, sched, group_uuid, placed=()):
     if rng.random() < 0.2:
         req["image"] = {"properties": rng.choice([
             {"hw_architecture": "i686"}, {"hw_architecture": "x86_64"},
-            {"img_hv_requested_version": ">=7.0"}, {"img_hv_type": "qemu"}])}
+            {"img_hv_requested_version": ">=7.0"}, {"img_hv_type": "qemu"},
+            {"architecture": "i686"}, {"vm_mode": "xen"}, {"hypervisor_type": "KVM"},
+            {"img_hv_requested_version": ">=v7.2rc1, <8.2.post1"},
+            {"hw_maxphysaddr_bits": "40", "hw_architecture": "x86_64"}])}
     if rng.random() < 0.3:
         # One group per policy (a group's policy never changes).
         policy = rng.choice(["affinity", "anti-affinity", "soft-affinity",

@@ -105,3 +105,31 @@ def test_bad_requests_name_the_field(why, data, field):
         RequestSpec.from_primitive(data)
     assert err.value.field == field, (why, err.value)
     assert field in str(err.value)
+
+
+@pytest.mark.parametrize("where,key,value", [
+    ("flavor.extra_specs", "hw:maxphysaddr_bits", "forty"),
+    ("flavor.extra_specs", "hw:maxphysaddr_bits", "0"),
+    ("flavor.extra_specs", "hw:maxphysaddr_bits", "-1"),
+    ("flavor.extra_specs", "hw:maxphysaddr_bits", "40.5"),
+    ("image.properties", "hw_maxphysaddr_bits", ""),
+    ("image.properties", "hw_maxphysaddr_bits", "4096"),
+])
+def test_malformed_address_bits_are_refused_naming_the_field(where, key, value):
+    flavor = {"vcpus": 1, "memory_mb": 512, "root_gb": 1}
+    data = {"flavor": flavor}
+    if where == "flavor.extra_specs":
+        flavor["extra_specs"] = {key: value}
+    else:
+        data["image"] = {"properties": {key: value}}
+    with pytest.raises(InvalidRequest) as exc:
+        RequestSpec.from_primitive(data)
+    assert exc.value.field == f"{where}.{key}"
+    assert "whole number of bits" in exc.value.reason
+
+
+def test_address_bits_accepted():
+    spec = RequestSpec.from_primitive({"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1,
+                                                  "extra_specs": {"hw:maxphysaddr_bits": " 40"}},
+                                       "image": {"properties": {"hw_maxphysaddr_bits": "52"}}})
+    assert spec.extra_specs["hw:maxphysaddr_bits"] == " 40"

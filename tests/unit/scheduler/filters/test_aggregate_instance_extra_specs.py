@@ -77,8 +77,8 @@ def test_shared_aggregates_across_hosts_in_one_request():
 
 @pytest.mark.parametrize("specs,noop", [
     ({}, True),
-    ({"hw:cpu_policy": "dedicated", "capabilities:hypervisor_type": "QEMU",
-      "aggregate_instance_extra_specs:": "x"}, True),
+    ({"hw:cpu_policy": "dedicated", "capabilities:hypervisor_type": "QEMU"}, True),
+    ({"hw:cpu_policy": "dedicated", "aggregate_instance_extra_specs:": "x"}, False),
     ({"ssd": "true"}, False),
     ({"aggregate_instance_extra_specs:ssd": "true"}, False),
 ])
@@ -92,3 +92,12 @@ def test_hosts_without_aggregates_all_fail():
     spec = fakes.fake_spec(extra_specs={"ssd": "true"})
     assert fakes.filter_vector(filt, [_host(), _host()], spec) == [False, False]
     assert fakes.filter_vector(filt, [_host({"ssd": "true"}), _host()], spec) == [True, False]
+
+
+def test_empty_scoped_name_fails_every_host():
+    filt = AggregateInstanceExtraSpecsFilter(cfg.CONF)
+    spec = fakes.fake_spec(extra_specs={"aggregate_instance_extra_specs:": "x"})
+    hosts = [_host({"ssd": "true"}), _host({"x": "x"}), _host()]
+    assert fakes.filter_vector(filt, hosts, spec) == [False, False, False]
+    assert fakes.passes(filt, hosts[1], spec) == \
+        "aggregate metadata does not satisfy aggregate_instance_extra_specs:='x'"

@@ -180,10 +180,40 @@ def test_usage_counters_make_it_per_instance():
 
 @pytest.mark.parametrize("specs,noop", [
     ({}, True),
-    ({"hw:cpu_policy": "dedicated", "capabilities:": "x", "hw:mem_page_size": "large"}, True),
+    ({"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"}, True),
+    ({"hw:cpu_policy": "dedicated", "capabilities:": "x"}, False),
+    ({"hw:maxphysaddr_bits": "40"}, False),
     ({"capabilities:hypervisor_type": "QEMU"}, False),
     ({"ssd": "true"}, False),        # unscoped: checked on hosts whose stats have it
 ])
 def test_is_noop(specs, noop):
     filt = ComputeCapabilitiesFilter(cfg.CONF)
     assert fakes.skips(filt, fakes.fake_spec(extra_specs=specs)) is noop
+
+
+@pytest.mark.parametrize("key", ["capabilities:", "capabilities::", "capabilities:cpu_info:",
+                                 "capabilities::vendor"])
+def test_empty_capability_name_fails_every_host(key):
+    hosts = [_host(), _host(stats={"tier": "gold", "x": "1"}), _host(cpu_info={})]
+    spec = fakes.fake_spec(extra_specs={key: "x"})
+    assert fakes.filter_vector(ComputeCapabilitiesFilter(cfg.CONF), hosts, spec) == [False] * 3
+    assert _passes(_host(), {key: "x"}) == f"extra spec {key}='x' not satisfied"
+
+
+def test_flavor_maxphysaddr_bits_needs_the_host_to_report_enough():
+    hosts = [_host(cpu_info={"arch": "x86_64", "maxphysaddr": {"mode": "emulate", "bits": 46}}),
+             _host(cpu_info={"arch": "x86_64", "maxphysaddr": {"bits": 39}}),
+             _host(cpu_info={"arch": "aarch64"}),                 # not reported: fails
+             _host(cpu_info={"maxphysaddr": {"bits": "40"}})]
+    spec = fakes.fake_spec(extra_specs={"hw:maxphysaddr_bits": "40"})
+    assert fakes.filter_vector(ComputeCapabilitiesFilter(cfg.CONF), hosts, spec) == \
+        [True, False, False, True]
+    assert _passes(hosts[2], {"hw:maxphysaddr_bits": "40"}) == \
+        "extra spec hw:maxphysaddr_bits='40' not satisfied"
+
+
+def test_flavor_maxphysaddr_bits_replaces_the_capability_of_that_path():
+    host = _host(cpu_info={"maxphysaddr": {"bits": 46}})
+    assert _passes(host, {"hw:maxphysaddr_bits": "40",
+                          "capabilities:cpu_info:maxphysaddr:bits": ">= 48"}) is None
+    assert _passes(host, {"capabilities:cpu_info:maxphysaddr:bits": ">= 48"}) is not None

@@ -113,3 +113,71 @@ def test_vector_form(props, want):
              _host(hypervisor_version=None), _host(hypervisor_version=0)]
     spec = fakes.fake_spec(image={"properties": props})
     assert fakes.filter_vector(ImagePropertiesFilter(cfg.CONF), hosts, spec) == want
+
+
+@pytest.mark.parametrize("supported", [
+    [("X86_64", "KVM", "hvm")], [("amd64", "kvm", "HV")], [("x86_64", "QEMU", "hvm"),
+                                                            ("AMD64", "Kvm", "hvm")],
+])
+def test_host_supported_instances_are_canonicalised(supported):
+    host = _host(supported_instances=supported)
+    assert _passes(host, img_hv_type="kvm") is None
+    assert _passes(host, hw_architecture="x86_64", img_hv_type="kvm", hw_vm_mode="hvm") is None
+    assert _passes(host, img_hv_type="xen") is not None
+
+
+@pytest.mark.parametrize("props,reason", [
+    ({"vm_mode": "xen"}, "image properties not supported: vm_mode=xen"),
+    ({"architecture": "aarch64"}, "image properties not supported: architecture=aarch64"),
+    ({"hypervisor_type": "xen"}, "image properties not supported: hypervisor_type=xen"),
+    ({"architecture": "aarch64", "hw_architecture": "x86_64", "vm_mode": "pv"},
+     "image properties not supported: hw_architecture=x86_64, vm_mode=xen"),
+])
+def test_legacy_property_names(props, reason):
+    assert _passes(_host(), **props) == reason
+    assert _passes(_host(supported_instances=[]), **props) == reason
+
+
+@pytest.mark.parametrize("props", [
+    {"architecture": "x86_64"}, {"hypervisor_type": "KVM", "vm_mode": "hvm"},
+    {"architecture": "aarch64", "hw_architecture": "x86_64"},   # the current name wins
+])
+def test_legacy_property_names_satisfied(props):
+    assert _passes(_host(), **props) is None
+
+
+@pytest.mark.parametrize("requirement,want", [
+    (">=v8", [True, False, False]),
+    ("<v8.2", [False, True, True]),
+    (">8.2rc1", [True, False, False]),          # a pre-release sorts before 8.2
+    ("<8.2rc1", [False, True, True]),
+    (">1.0.post1, <8.1", [False, True, False]),
+    ("==8.2.0, !=8.1", [True, False, False]),
+    ("==V8.2", [True, False, False]),
+    (">=8.2.dev1", [True, False, False]),
+    (">= 1!0", [False, False, False]),          # an epoch is above every plain version
+])
+def test_version_predicates_as_python_packaging_reads_them(requirement, want):
+    hosts = [_host(hypervisor_version=8002000), _host(hypervisor_version=7002000),
+             _host(hypervisor_version=1000000)]
+    spec = fakes.fake_spec(image={"properties": {"img_hv_requested_version": requirement}})
+    assert fakes.filter_vector(ImagePropertiesFilter(cfg.CONF), hosts, spec) == want
+
+
+@pytest.mark.parametrize("requirement", ["~=8.0", "==8.*", ">=8,", "8 9", "=>8", ">=eight"])
+def test_malformed_version_predicates_are_invalid(requirement):
+    assert _passes(_host(), img_hv_requested_version=requirement) == \
+        f"invalid image property img_hv_requested_version: {requirement!r}"
+
+
+def test_image_maxphysaddr_bits():
+    hosts = [_host(cpu_info={"maxphysaddr": {"mode": "passthrough", "bits": 46}}),
+             _host(cpu_info={"maxphysaddr": {"bits": 39}}),
+             _host(cpu_info={"arch": "x86_64"}),          # not reported: passes (as Nova)
+             _host(cpu_info={})]
+    spec = fakes.fake_spec(image={"properties": {"hw_maxphysaddr_bits": "40"}})
+    assert fakes.filter_vector(ImagePropertiesFilter(cfg.CONF), hosts, spec) == \
+        [True, False, True, True]
+    assert _passes(hosts[1], hw_maxphysaddr_bits="40") == \
+        "image properties not supported: hw_maxphysaddr_bits=40"
+    assert _passes(hosts[1], hw_maxphysaddr_bits="39") is None
