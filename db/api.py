@@ -142,8 +142,10 @@ def close_quietly(conn: Connection) -> None:
         pass
 
 
-#: MySQL client errors of a connection the server dropped.
-_LOST_CONNECTION = {2006, 2013, 2055}
+#: MySQL client errors of a connection the server dropped, and the error of a
+#: Galera node that left the cluster's primary component (1047: "WSREP has not
+#: yet prepared node for application use"): either way the connection is useless.
+_LOST_CONNECTION = {2006, 2013, 2055, 1047}
 
 
 class _LostConnectionReset(logging.Filter):

@@ -123,8 +123,16 @@ wsrep_sst_receive_address=127.0.0.1:{_free_port()}
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
 
+    def freeze(self) -> None:
+        """Stop the process (SIGSTOP): it holds its connections and answers nothing."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
             try:
                 self.proc.wait(60)
