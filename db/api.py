@@ -57,6 +57,18 @@ wait_opts = [
                  help="Seconds a write (claim, release, report) keeps retrying "
                       "deadlocks and lost connections before it gives up and the "
                       "caller gets ServiceUnavailable (0: one retry at most)."),
+    cfg.IntOpt("wsrep_sync_wait", default=1, min=0, max=15,
+               help="Galera (MariaDB Galera Cluster): the session value of "
+                    "wsrep_sync_wait on the connections whose reads decide an answer "
+                    "(claims, releases, confirms, reschedules and moves, the re-read "
+                    "of a host after a claim conflict, the host cache's refresh). 1: "
+                    "each of their reads first waits until this node has applied "
+                    "every write the cluster committed before it, so a daemon on one "
+                    "node sees what a daemon on another node just wrote (a confirm "
+                    "finds the claim, a release finds the allocation). 0: off (reads "
+                    "may lag behind other nodes). Without Galera the variable is "
+                    "ignored (MariaDB with wsrep off) or absent (MySQL: then it is not "
+                    "set, with one WARNING)."),
 ]
 cfg.CONF.register_opts(wait_opts, group="database")
 
@@ -130,8 +142,10 @@ def close_quietly(conn: Connection) -> None:
         pass
 
 
-#: MySQL client errors of a connection the server dropped.
-_LOST_CONNECTION = {2006, 2013, 2055}
+#: MySQL client errors of a connection the server dropped, and the error of a
+#: Galera node that left the cluster's primary component (1047: "WSREP has not
+#: yet prepared node for application use"): either way the connection is useless.
+_LOST_CONNECTION = {2006, 2013, 2055, 1047}
 
 
 class _LostConnectionReset(logging.Filter):
@@ -235,6 +249,10 @@ class Database:
                     connection += ("&" if "?" in connection else "?") + \
                         f"{name}={getattr(cfg.CONF.database, name)}"
         self.connect_url = connection       # with the timeouts (MySQL)
+        # Galera's read-your-writes rule for the connections whose reads decide
+        # answers (``causal_connect``); nothing to set on SQLite.
+        self.sync_wait = cfg.CONF.database.wsrep_sync_wait \
+            if connection.startswith("mysql") else 0
         kw = {"connection": connection, "sqlite_fk": True}
         kw.update(engine_kw)
         self._tc.configure(**kw)
@@ -324,6 +342,43 @@ class Database:
                 raise
             self._give_back(conn)
 
+    @contextlib.contextmanager
+    def causal_reader(self) -> Iterator[Connection]:
+        """One read transaction that sees every write committed before it,
+        wherever it was committed: on Galera, a kept connection with
+        ``wsrep_sync_wait`` (``[database] wsrep_sync_wait``); elsewhere any
+        read is already that. For the reads that decide an answer after another
+        daemon's write (is this instance placed? was it released? which move
+        did it make?)."""
+        if self._write_lock is not None:        # SQLite: one file, one truth
+            with self.reader_connection() as conn:
+                yield conn
+            return
+        with self.hot_writer() as conn:
+            yield conn
+
+    def causal_connect(self) -> Connection:
+        """A new connection of the engine whose reads wait for the cluster's
+        earlier writes (Galera: ``SET SESSION wsrep_sync_wait``, once for the
+        connection's life). On a server without the variable (MySQL) it is
+        not set again for this Database, with one WARNING."""
+        conn = self.engine.connect()
+        if self.sync_wait:
+            try:
+                conn.exec_driver_sql(f"SET SESSION wsrep_sync_wait = {int(self.sync_wait)}")
+                conn.commit()
+            except (sa_exc.DBAPIError, db_exc.DBError) as e:
+                if isinstance(e, db_exc.DBConnectionError) or \
+                        getattr(e, "connection_invalidated", False):
+                    close_quietly(conn)
+                    raise
+                conn.rollback()
+                self.sync_wait = 0
+                logging.getLogger(__name__).warning(
+                    "The database has no wsrep_sync_wait (%s): not a Galera node; "
+                    "[database] wsrep_sync_wait is ignored", str(e).splitlines()[0][:200])
+        return conn
+
     def _take_kept(self) -> Connection:
         now = time.monotonic()
         while True:
@@ -335,7 +390,7 @@ class Database:
                     and not (conn.closed or conn.invalidated):
                 return conn
             close_quietly(conn)
-        conn = self.engine.connect()
+        conn = self.causal_connect()
         conn.info["berth_born"] = now
         return conn
 

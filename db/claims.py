@@ -23,7 +23,7 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from db import inventory, models
+from db import inventory, models, transitions
 from db.api import Database, retry_on_deadlock
 
 _cn = models.ComputeNode.__table__
@@ -326,8 +326,9 @@ def _check_group(conn, rec: ClaimRecord) -> None:
 
 
 def group_member_nodes(db: Database, group: str) -> list[int]:
-    """The node ids holding members of ``group``."""
-    with db.reader_connection() as conn:
+    """The node ids holding members of ``group`` (read after another
+    scheduler's claim refused ours: causal)."""
+    with db.causal_reader() as conn:
         return [row[0] for row in conn.execute(
             sa.select(_alloc.c.compute_node_id).distinct()
             .where(_alloc.c.instance_group == group))]
@@ -352,27 +353,37 @@ _DELETE_ALLOCATION = sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id")
 
 @retry_on_deadlock
 def release(db: Database, instance_uuid: str, *,
-            pending_before: datetime.datetime | None = None) -> Released | None:
+            pending_before: datetime.datetime | None = None, kind: str = "released",
+            remembered: bool = False) -> Released | transitions.Transition | None:
     """Free a consumer's allocations (usage, NUMA, devices); None if it has none.
 
     ``pending_before``: release it only if it is still pending and was made
     before that time (the reaper: a confirm that wins the race keeps it).
+    ``kind``: the transition it is remembered as (``db.transitions``).
+    ``remembered``: when it holds nothing, its last transition if that was
+    one of this ``kind`` (a release done already: this call is a retry, or
+    the caller's re-send, of one whose answer was lost).
     The allocation row is locked first (two releases of one instance queue
     there); the node row last, read and written just before the COMMIT, as in
     ``claim``."""
     with db.hot_writer() as conn:
         alloc = conn.execute(_LOCK_ALLOCATION, {"b_uuid": instance_uuid}).mappings().first()
         if alloc is None:
+            if remembered:
+                earlier = transitions.last(conn, instance_uuid)
+                if earlier is not None and earlier.kind == kind:
+                    return earlier
             return None
         if pending_before is not None and not (
                 alloc["pending"] and alloc["created_at"] < pending_before):
             return None
-        return _release_locked(conn, alloc)
+        return _release_locked(conn, alloc, kind)
 
 
-def _release_locked(conn, alloc) -> Released:
+def _release_locked(conn, alloc, kind: str | None = None) -> Released:
     """Give back what the consumer ``alloc`` (a row of ``_LOCK_ALLOCATION``,
-    locked) holds and delete it, in the caller's transaction."""
+    locked) holds and delete it, in the caller's transaction; remembered as a
+    transition of ``kind`` (None: not remembered)."""
     from db import pci as db_pci
 
     uuid = alloc["uuid"]
@@ -399,6 +410,12 @@ def _release_locked(conn, alloc) -> Released:
         conn.execute(_RELEASE_WITH_NUMA, params)
     else:
         conn.execute(_RELEASE, params)
+    if kind is not None:
+        transitions.record(conn, consumer_uuid=uuid, instance_uuid=alloc["instance_uuid"],
+                           kind=kind, node_id=node_id, host=node["host"],
+                           project_id=alloc["project_id"],
+                           request_spec=spec_text if kind == "rescheduled" else None,
+                           now=params["b_now"])
     return Released(instance_uuid=uuid, node_id=node_id, host=node["host"],
                     amounts=amounts, numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=spec_text,
@@ -516,11 +533,12 @@ def _consumers_query():
 
 def allocations_for(db: Database, instance_uuids) -> dict[str, dict]:
     """consumer uuid -> what it holds, with host, node name and node uuid (only
-    those that hold something); two queries."""
+    those that hold something); two queries, seeing every write committed
+    before them (``Database.causal_reader``: they decide answers)."""
     uuids = list(instance_uuids)
     if not uuids:
         return {}
-    with db.reader_connection() as conn:
+    with db.causal_reader() as conn:
         rows = conn.execute(_consumers_query().where(_alloc.c.uuid.in_(uuids))).mappings()
         return _with_amounts(conn, rows.all())
 

@@ -341,3 +341,33 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(255), nullable=False)
     expires_at: Mapped[datetime.datetime] = mapped_column(Timestamp, nullable=False)
+
+
+#: What a transition row records (``db.transitions``): a consumer released by
+#: a caller, by the reaper or by a reschedule; a move's holder ended.
+TRANSITION_KINDS = ("released", "reaped", "rescheduled", "move-confirmed", "move-reverted")
+
+
+class Transition(Base):
+    """A consumer's last transition, kept for ``[scheduler] transition_ttl`` after
+    its row is gone, so that a release, reschedule or move's end sent again
+    (its answer lost) is answered with what the first one did."""
+
+    __tablename__ = "transitions"
+    __table_args__ = (
+        Index("transitions_consumer_uuid_idx", "consumer_uuid"),
+        Index("transitions_at_idx", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    consumer_uuid: Mapped[str] = mapped_column(String(36), nullable=False)
+    instance_uuid: Mapped[str] = mapped_column(String(36), nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    # where the consumer was (no foreign key: the node may be deleted since)
+    compute_node_id: Mapped[int] = mapped_column(Integer, nullable=False)
+    host: Mapped[str | None] = mapped_column(String(255))
+    # whose it was (a call of another project is answered as for nothing held)
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    # a reschedule: the request it places again, so a re-sent one can finish it
+    request_spec: Mapped[str | None] = mapped_column(JsonText)
+    at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow, nullable=False)

@@ -16,7 +16,7 @@ import datetime
 
 import sqlalchemy as sa
 
-from db import claims, models
+from db import claims, models, transitions
 from db.api import Database, retry_on_deadlock
 
 _cn = models.ComputeNode.__table__
@@ -49,7 +49,7 @@ def _holders(conn, q) -> list[Holder]:
 
 def holder_of(db: Database, instance_uuid: str) -> Holder | None:
     """The instance's move in progress (its source's holder), if any."""
-    with db.reader_connection() as conn:
+    with db.causal_reader() as conn:
         found = _holders(conn, _HOLDERS.where(_cons.c.instance_uuid == instance_uuid))
     return found[0] if found else None
 
@@ -97,6 +97,9 @@ def revert(db: Database, instance_uuid: str, holder: str) -> Reverted | None:
         dest = conn.execute(claims._LOCK_ALLOCATION, {"b_uuid": instance_uuid}
                             ).mappings().first()
         released = claims._release_locked(conn, dest) if dest is not None else None
+        transitions.record(conn, consumer_uuid=holder, instance_uuid=instance_uuid,
+                           kind="move-reverted", node_id=held["compute_node_id"],
+                           project_id=held["project_id"], now=now)
         conn.execute(sa.update(_cons).where(_cons.c.id == held["id"]).values(
             uuid=instance_uuid, consumer_type="instance", pending=False, move_id=holder,
             move_state="reverted"))
@@ -114,16 +117,27 @@ def confirm(db: Database, instance_uuid: str, holder: str) -> claims.Released | 
         held = conn.execute(_LOCK_HOLDER, {"b_uuid": holder}).mappings().first()
         if held is None or held["instance_uuid"] != instance_uuid:
             return None
-        released = claims._release_locked(conn, held)
+        released = claims._release_locked(conn, held, "move-confirmed")
         conn.execute(sa.update(_cons).where(_cons.c.uuid == instance_uuid,
                                             _cons.c.move_id == holder)
                      .values(move_state="confirmed"))
     return released
 
 
-def last_move(db: Database, instance_uuid: str) -> tuple[str | None, str | None]:
-    """(move id, state) of the instance's last move, as its consumer records it."""
-    with db.reader_connection() as conn:
+_ENDED = {"move-confirmed": "confirmed", "move-reverted": "reverted"}
+
+
+def move_state(db: Database, instance_uuid: str, move_id: str) -> str | None:
+    """How the instance's move ``move_id`` stands (moving, confirmed or
+    reverted), as the instance's consumer records it or, once that is gone
+    (the instance released since), as the move's holder was remembered
+    (``db.transitions``); None: not a move of this instance that is known."""
+    with db.causal_reader() as conn:
         row = conn.execute(sa.select(_cons.c.move_id, _cons.c.move_state).where(
             _cons.c.uuid == instance_uuid)).first()
-    return (row[0], row[1]) if row else (None, None)
+        if row is not None and row[0] == move_id:
+            return row[1]
+        ended = transitions.last(conn, move_id)
+    if ended is not None and ended.instance_uuid == instance_uuid:
+        return _ENDED.get(ended.kind)
+    return None

@@ -29,7 +29,7 @@ import numpy as np
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from db import claims
+from db import claims, transitions
 from db.inventory import DISK_GB, MEMORY_MB, PCPU, VCPU
 from db.models import utcnow
 from scheduler import cycle as cycles
@@ -612,27 +612,37 @@ class FilterScheduler:
 
     def release(self, instance_uuid: str, *,
                 pending_before: datetime.datetime | None = None,
-                why: str | None = "its claim was not confirmed within [scheduler] claim_ttl"
-                ) -> bool:
-        """Free the instance's allocation; False if it held none (idempotent).
-        ``pending_before``: only if it is still pending and older (the reaper,
-        which logs ``why`` as a WARNING; None: an INFO line as any release)."""
+                why: str | None = "its claim was not confirmed within [scheduler] claim_ttl",
+                kind: str = "released") -> bool:
+        """Free the instance's allocation. True when it is released, by this call
+        or by an earlier release whose answer was lost (``db.transitions``);
+        False if it held nothing. ``pending_before``: only if it is still
+        pending and older (the reaper, which logs ``why`` as a WARNING; None:
+        an INFO line as any release). ``kind``: how it is remembered."""
         hm = self.host_manager
+        if pending_before is not None:
+            kind = "reaped"
         # Under the cached host's lock, as a claim: this worker's claims of the
         # host wait until the cache has the release (else they would claim with
         # the generation the release just moved past, and conflict).
         node_id = hm.instance_nodes([instance_uuid]).get(instance_uuid)
         cached = hm.get(node_id) if node_id is not None else None
         with cached.lock() if cached is not None else contextlib.nullcontext():
-            released = claims.release(self.db, instance_uuid, pending_before=pending_before)
+            released = claims.release(self.db, instance_uuid, pending_before=pending_before,
+                                      kind=kind, remembered=pending_before is None)
             if released is None:
                 return False
             hm.note_released(instance_uuid)
-            applied = hm.apply_release(released, locked=cached is not None
-                                       and cached.node_id == released.node_id)
+            # an earlier release (this worker's cache may not have it: the
+            # first try's answer was lost) is read again from the database
+            applied = not isinstance(released, transitions.Transition) and hm.apply_release(
+                released, locked=cached is not None and cached.node_id == released.node_id)
         if not applied:
             hm.refresh_nodes([released.node_id])
-        if pending_before is None or why is None:
+        if isinstance(released, transitions.Transition):
+            LOG.info("Released %s from %s already at %s: answering a retry", instance_uuid,
+                     released.host, released.at.isoformat(timespec="seconds"))
+        elif pending_before is None or why is None:
             LOG.info("Released %s from %s", instance_uuid, released.host)
         else:
             LOG.warning("Released %s from %s: %s", instance_uuid, released.host, why)
@@ -647,23 +657,44 @@ class FilterScheduler:
                    ) -> list[Selection]:
         """The build on ``failed_host`` failed: release, count the failure on that
         host and place the instance again elsewhere (pending: as in
-        ``select_destinations``)."""
+        ``select_destinations``).
+
+        The same reschedule sent again (its answer lost, or its worker gone
+        after the release) finds the instance released from ``failed_host``
+        by a reschedule (``db.transitions``): it answers the placement that
+        reschedule made, or places the instance now if none was made."""
         alloc = claims.get_allocation(self.db, instance_uuid)
-        if alloc is None:
-            raise exception.NotFound(kind="Allocation", name=instance_uuid)
-        if alloc["host"] != failed_host:
-            raise exception.InvalidRequest(
-                field="failed_host",
-                reason=f"instance {instance_uuid} is on {alloc['host']}, not {failed_host}")
-        spec = self.parse_request(json.loads(alloc["request_spec"]))
-        self.release(instance_uuid)
+        if alloc is None or alloc["host"] != failed_host:
+            earlier = transitions.last_of(self.db, instance_uuid)
+            if earlier is None or earlier.kind != "rescheduled" \
+                    or earlier.host != failed_host or not earlier.request_spec:
+                if alloc is None:
+                    raise exception.NotFound(kind="Allocation", name=instance_uuid)
+                raise exception.InvalidRequest(
+                    field="failed_host",
+                    reason=f"instance {instance_uuid} is on {alloc['host']}, "
+                           f"not {failed_host}")
+            LOG.info("Reschedule of %s from %s was made already at %s (a retry): "
+                     "answering with its placement", instance_uuid, failed_host,
+                     earlier.at.isoformat(timespec="seconds"))
+            spec = self._rescheduled(earlier.request_spec, instance_uuid, failed_host)
+            return self.select_destinations(spec, [instance_uuid], return_alternates,
+                                            pending=pending)[0]
+        spec = self._rescheduled(alloc["request_spec"], instance_uuid, failed_host)
+        self.release(instance_uuid, kind="rescheduled")
         if claims.record_build_failure(self.db, failed_host):
             for hs in self.host_manager.hosts_named(failed_host):
                 self.host_manager.refresh_nodes([hs.node_id])
-        spec = spec.replace(num_instances=1, instance_uuids=(instance_uuid,),
-                            ignore_hosts=tuple(spec.ignore_hosts) + (failed_host,))
         return self.select_destinations(spec, [instance_uuid], return_alternates,
                                         pending=pending)[0]
+
+    def _rescheduled(self, stored_spec: str, instance_uuid: str, failed_host: str
+                     ) -> RequestSpec:
+        """The request that places a rescheduled instance again: its own, for
+        it alone, without ``failed_host``."""
+        spec = self.parse_request(json.loads(stored_spec))
+        return spec.replace(num_instances=1, instance_uuids=(instance_uuid,),
+                            ignore_hosts=tuple(spec.ignore_hosts) + (failed_host,))
 
     # -- steps -------------------------------------------------------------
     def _earlier_placements(self, spec: RequestSpec, uuids: Sequence[str], pending: bool,

@@ -234,7 +234,9 @@ class HostManager:
     def _kept(self, attr: str, autocommit: bool) -> Iterator[Connection]:
         conn = getattr(self, attr)
         if conn is None or conn.closed or conn.invalidated:
-            conn = self.db.engine.connect()
+            # the refreshes read what other daemons committed (Galera:
+            # wsrep_sync_wait); the autocommit probe is only a hint
+            conn = self.db.engine.connect() if autocommit else self.db.causal_connect()
             if autocommit:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             setattr(self, attr, conn)

@@ -193,11 +193,21 @@ class Mover:
             self._check_source_down(alloc, source)
         spec, kept = self._spec(req, alloc)
         hold_type = "evacuation" if req.kind == "evacuate" else "migration"
-        chosen, selections = self.scheduler.place_move(
-            spec, req.instance_uuid,
-            claims.MoveFrom(alloc["compute_node_id"], req.migration_uuid, hold_type),
-            kept_spec=kept, force=req.force, return_alternates=return_alternates,
-            pending=pending)
+        try:
+            chosen, selections = self.scheduler.place_move(
+                spec, req.instance_uuid,
+                claims.MoveFrom(alloc["compute_node_id"], req.migration_uuid, hold_type),
+                kept_spec=kept, force=req.force, return_alternates=return_alternates,
+                pending=pending)
+        except exception.Conflict:
+            # The claim's COMMIT went through but its answer was lost: its retry
+            # found the instance moved already, by this very move.
+            now = claims.get_allocation(self.db, req.instance_uuid)
+            earlier = self._earlier(req, now)
+            if earlier is None:
+                raise
+            self.hm.refresh_nodes([alloc["compute_node_id"], now["compute_node_id"]])
+            return earlier
         metrics.count_move(req.kind)
         LOG.info("Moving %s (%s %s) from %s to %s", req.instance_uuid, req.kind,
                  req.migration_uuid, alloc["host"], chosen.host)
@@ -348,8 +358,8 @@ class Mover:
         return True
 
     def _ended(self, instance_uuid: str, migration_uuid: str, wanted: str) -> bool:
-        move_id, state = db_moves.last_move(self.db, instance_uuid)
-        if move_id != migration_uuid or state not in ("confirmed", "reverted"):
+        state = db_moves.move_state(self.db, instance_uuid, migration_uuid)
+        if state not in ("confirmed", "reverted"):
             raise exception.NotFound(kind="Move", name=migration_uuid)
         if state != wanted:
             raise exception.Conflict(reason=f"move {migration_uuid} of {instance_uuid} "

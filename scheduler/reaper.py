@@ -1,6 +1,7 @@
 """The claim reaper: releases pending claims nobody confirmed in time, and ends
 the moves nobody ended (``scheduler.moves``: reverted after ``move_ttl``;
-an evacuation's source released once its host is heard from again).
+an evacuation's source released once its host is heard from again), and forgets
+the transitions older than ``transition_ttl`` (``db.transitions``).
 
 A claim made for a caller that confirms (``select_destinations(pending=True)``,
 what the client library does by default) stays *pending* until ``confirm``.
@@ -27,7 +28,7 @@ import uuid as uuidlib
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from db import claims, leases
+from db import claims, leases, transitions
 from db.models import utcnow
 from scheduler import metrics
 
@@ -42,6 +43,14 @@ reaper_opts = [
                     "held before the reaper releases it. Keep it well above "
                     "request_timeout and the callers' confirm delay. 0: never release "
                     "pending claims (no reaper)."),
+    cfg.IntOpt("transition_ttl", default=3600, min=0,
+               help="Seconds a release, a reschedule or the end of a move is "
+                    "remembered after it was done (the transitions table), so that "
+                    "the same call sent again — its answer lost, retried by the "
+                    "database layer or re-sent by the client, to any worker of any "
+                    "daemon — answers what was done (release: true) instead of "
+                    "\"held nothing\". Keep it above the longest time a client may "
+                    "re-send a call. The reaper deletes older ones; 0: never deleted."),
     cfg.FloatOpt("reaper_interval", default=30.0, min=0.1,
                  help="Seconds between two rounds of the claim reaper (and between "
                       "two tries of a worker to become the deployment's reaper; the "
@@ -76,11 +85,13 @@ class ClaimReaper:
         return self.conf.scheduler.claim_ttl
 
     def run_once(self, now: datetime.datetime | None = None) -> int:
-        """Take or renew the lease, then release the expired pending claims;
-        returns how many were released (0 when another process is the reaper)."""
-        if self.ttl <= 0:
-            return 0
+        """Take or renew the lease, then release the expired pending claims and
+        forget the transitions older than ``transition_ttl``; returns how many
+        claims were released (0 when another process is the reaper)."""
         now = now or utcnow()
+        if self.ttl <= 0:       # no reaper: each worker only forgets old transitions
+            self._forget(now)
+            return 0
         interval = self.conf.scheduler.reaper_interval
         was_leader = self.leader
         self.leader = leases.acquire(self.db, LEASE, self.holder, 3 * interval, now=now)
@@ -90,6 +101,7 @@ class ClaimReaper:
         if not self.leader:
             metrics.set_pending_claims(0)
             return 0
+        self._forget(now)
         cutoff = now - datetime.timedelta(seconds=self.ttl)
         released = 0
         for instance_uuid in claims.pending_before(self.db, cutoff, BATCH):
@@ -98,6 +110,12 @@ class ClaimReaper:
                 metrics.count_claim_reaped()
         metrics.set_pending_claims(claims.pending_count(self.db))
         return released + self._moves().reap(now)
+
+    def _forget(self, now: datetime.datetime) -> None:
+        """Delete the transitions older than ``transition_ttl`` (0: keep them)."""
+        ttl = self.conf.scheduler.transition_ttl
+        if ttl > 0:
+            transitions.purge(self.db, now - datetime.timedelta(seconds=ttl), BATCH)
 
     def _moves(self):
         from scheduler.moves import Mover
@@ -111,7 +129,8 @@ class ClaimReaper:
         if self.ttl <= 0:
             LOG.info("Claim reaper off ([scheduler] claim_ttl = 0): pending claims are "
                      "kept until confirmed or released")
-            return
+            if self.conf.scheduler.transition_ttl <= 0:
+                return
         self._thread = threading.Thread(target=self._run, name="claim-reaper", daemon=True)
         self._thread.start()
 

@@ -263,6 +263,7 @@ class SchedulerService:
             servers = self._servers or [self.server]
             self.server = None          # no re-declaration from now on
         for server in servers:
+            cancel_consumers(server)
             server.stop()
         if self.reaper is not None:
             self.reaper.stop()
@@ -292,6 +293,47 @@ class SchedulerService:
         self.server = None
         self._servers = []
         return drained
+
+
+def cancel_consumers(server, wait: float = 5.0) -> bool:
+    """Tell the broker this server takes no more messages (AMQP basic.cancel on
+    each of its consumers), before it drains.
+
+    oslo.messaging's ``stop`` only stops reading: its consumers stay
+    registered until the drain is over and the connection closes, so the
+    broker goes on handing them their share of the queue (unlimited prefetch),
+    and those messages wait, unread, until then — the callers time out
+    although other workers serve the topic. Cancelled, the broker gives new
+    messages to the other consumers at once; the messages it delivered before
+    the cancel are read while it is answered and handled in the drain like
+    those in flight. The cancel runs in the server's own polling thread (the
+    only one that may use its connection), at its next read: within a second.
+    False when it was not done (another driver: its own stop is all there is;
+    a connection being re-established)."""
+    listener = getattr(getattr(server, "listener", None), "_poll_style_listener", None)
+    conn = getattr(listener, "conn", None)
+    consumers = getattr(conn, "_consumers", None)
+    if not consumers or not callable(getattr(conn, "consume", None)):
+        return False
+    done = threading.Event()
+    read = conn.consume
+
+    def cancel_then_read(*args, **kwargs):
+        if not done.is_set():
+            for consumer, tag in list(consumers.items()):
+                try:
+                    consumer.cancel(tag)
+                except Exception as e:      # the connection is gone: nothing comes
+                    LOG.debug("Cancelling consumer %s: %s", tag, e)
+            done.set()
+        return read(*args, **kwargs)
+
+    conn.consume = cancel_then_read
+    if not done.wait(wait):
+        LOG.warning("The broker consumers were not cancelled within %.0f s; draining "
+                    "with them (messages the broker hands them wait for the drain)", wait)
+        return False
+    return True
 
 
 class _Signals:

@@ -237,8 +237,8 @@ def main() -> int:
         released = sum(1 for u in held if api.release(None, u))
         again = api.release(None, held[0]) if held else False
         used = sum(h["vcpus_used"] for h in api.list_hosts(None))
-        say(f"released {released}; releasing again is a no-op ({again}); vCPUs in use now: "
-            f"{used}")
+        say(f"released {released}; releasing again answers the same ({again}); "
+            f"vCPUs in use now: {used}")
     finally:
         if daemon is not None:
             title("SIGTERM to berth-scheduler")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from db import claims
+from db import claims, transitions
 from scheduler import capacity as capacity_count
 from scheduler import exception, validation
 from scheduler.endpoints.rpc_method import rpc_method
@@ -119,7 +119,11 @@ class PlacementEndpoint:
             return True
         alloc = claims.get_allocation(self.db, instance_uuid)
         mine = getattr(ctxt, "project_id", None)
-        project = alloc["project_id"] if alloc else mine
+        if alloc is None:       # released: whose it was (a retry is answered as done)
+            earlier = transitions.last_of(self.db, instance_uuid)
+            project = earlier.project_id if earlier is not None else mine
+        else:
+            project = alloc["project_id"]
         if self.policy.allows(ctxt, method, {"project_id": project}):
             return True
         if project != mine:

@@ -101,7 +101,7 @@ def test_release_is_idempotent(any_db, conf):
     s = _sched(any_db, conf)
     s.select_destinations(_req(s, 4, 4096), [U[0]])
     assert s.release(U[0]) is True
-    assert s.release(U[0]) is False
+    assert s.release(U[0]) is True      # released (by the first call): idempotent
     assert all(u["vcpus_used"] == 0 for u in simulate.node_usage(any_db).values())
     # The cache saw the release: the same big request fits twice again.
     s.select_destinations(_req(s, 4, 4096, num_instances=2), U[1:3])
@@ -118,8 +118,16 @@ def test_reschedule_avoids_failed_host_and_counts_failure(any_db, conf):
         fb = dict(conn.execute(sa.select(models.ComputeNode.host,
                                          models.ComputeNode.failed_builds)).all())
     assert fb[first.host] == 1 and fb[again[0].host] == 0
+    # the same reschedule sent again (its answer lost): the placement it made,
+    # the failure counted once
+    retried = s.reschedule(U[0], first.host)
+    assert (retried[0].host, retried[0].allocation) == (again[0].host, again[0].allocation)
+    assert _allocations(any_db).keys() == {U[0]}
+    with any_db.reader_connection() as conn:
+        assert conn.execute(sa.select(models.ComputeNode.failed_builds).where(
+            models.ComputeNode.host == first.host)).scalar_one() == 1
     with pytest.raises(exception.InvalidRequest):
-        s.reschedule(U[0], first.host)     # it is not there any more
+        s.reschedule(U[0], "nowhere")       # it is not there, and never was
     with pytest.raises(exception.NotFound):
         s.reschedule(U[9], "a")
 

@@ -133,12 +133,12 @@ def test_claims_a_failed_undo_left_behind_are_reaped(any_db, sched, ttl, monkeyp
             raise exception.ServiceUnavailable(reason="database went away")
         return real_claim(db, rec)
 
-    def refused(db, instance_uuid, pending_before=None):
+    def refused(db, instance_uuid, pending_before=None, **kw):
         if pending_before is None or pending_before.year == 9999:
             # the undo (it gives back only what is still pending); the reaper's
             # release works
             raise exception.ServiceUnavailable(reason="database went away")
-        return real_release(db, instance_uuid, pending_before=pending_before)
+        return real_release(db, instance_uuid, pending_before=pending_before, **kw)
 
     monkeypatch.setattr(claims, "claim", third_fails)
     monkeypatch.setattr(claims, "release", refused)
