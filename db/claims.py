@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 
 import sqlalchemy as sa
@@ -140,26 +141,51 @@ _CLAIM = _node_update(with_numa=False, sign=+1)
 _CLAIM_WITH_NUMA = _node_update(with_numa=True, sign=+1)
 
 
-def _slot(provider_id: int, rc: str):
-    return sa.and_(_inv.c.provider_id == provider_id, _inv.c.resource_class == rc)
+def _slot(k: int):
+    """Item ``k``'s inventory row (bound parameters ``b_p<k>``, ``b_rc<k>``)."""
+    return sa.and_(_inv.c.provider_id == sa.bindparam(f"b_p{k}"),
+                   _inv.c.resource_class == sa.bindparam(f"b_rc{k}"))
 
 
-def _take(items: tuple[Item, ...]):
-    """One UPDATE adding every item to its inventory, where the rule admits it:
-    its rowcount is the number of items taken."""
+def _amount(k: int):
+    return sa.bindparam(f"b_n{k}", type_=sa.Integer)
+
+
+@functools.lru_cache(maxsize=32)
+def _take_statement(n: int):
+    """The UPDATE of ``_take`` for ``n`` items, built once per ``n``."""
     return (sa.update(_inv)
-            .where(sa.or_(*[_slot(p, rc) & inventory.admits(_inv.c.used, amount, _inv.c)
-                            for p, rc, amount in items]))
-            .values(used=_inv.c.used + sa.case(*[(_slot(p, rc), amount)
-                                                  for p, rc, amount in items])))
+            .where(sa.or_(*[_slot(k) & inventory.admits(_inv.c.used, _amount(k), _inv.c)
+                            for k in range(n)]))
+            .values(used=_inv.c.used + sa.case(*[(_slot(k), _amount(k))
+                                                  for k in range(n)])))
 
 
-def _give_back(items: tuple[Item, ...]):
-    """One UPDATE taking every item off its inventory (never below 0)."""
-    amount = sa.case(*[(_slot(p, rc), n) for p, rc, n in items])
+@functools.lru_cache(maxsize=32)
+def _give_back_statement(n: int):
+    """The UPDATE of ``_give_back`` for ``n`` items, built once per ``n``."""
+    amount = sa.case(*[(_slot(k), _amount(k)) for k in range(n)])
     return (sa.update(_inv)
-            .where(sa.or_(*[_slot(p, rc) for p, rc, _n in items]))
+            .where(sa.or_(*[_slot(k) for k in range(n)]))
             .values(used=sa.case((_inv.c.used > amount, _inv.c.used - amount), else_=0)))
+
+
+def _item_params(items: tuple[Item, ...]) -> dict:
+    params = {}
+    for k, (p, rc, n) in enumerate(items):
+        params[f"b_p{k}"], params[f"b_rc{k}"], params[f"b_n{k}"] = p, rc, n
+    return params
+
+
+def _take(conn, items: tuple[Item, ...]) -> int:
+    """One UPDATE adding every item to its inventory, where the rule admits it:
+    returns the number of items taken."""
+    return conn.execute(_take_statement(len(items)), _item_params(items)).rowcount
+
+
+def _give_back(conn, items: tuple[Item, ...]) -> None:
+    """One UPDATE taking every item off its inventory (never below 0)."""
+    conn.execute(_give_back_statement(len(items)), _item_params(items))
 
 
 _INSERT_CONSUMER = sa.insert(_alloc)
@@ -210,7 +236,7 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
             if spec_id is None and rec.request_spec is not None:
                 spec_id = conn.execute(_INSERT_SPEC, {
                     "spec": rec.request_spec, "created_at": now}).inserted_primary_key[0]
-            if rec.items and conn.execute(_take(rec.items)).rowcount != len(rec.items):
+            if rec.items and _take(conn, rec.items) != len(rec.items):
                 raise ClaimConflict(f"node {rec.node_id}: "
                                     f"{', '.join(f'{rc} {n}' for _p, rc, n in rec.items)} "
                                     f"no longer fit")
@@ -400,7 +426,7 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
         conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
     pools = db_pci.pools_for_nodes(conn, [node_id]).get(node_id, ()) if addresses else None
     if amounts:
-        conn.execute(_give_back(amounts))
+        _give_back(conn, amounts)
     node = conn.execute(_LOCK_NODE, {"b_id": node_id}).mappings().one()
     params = {"b_id": node_id, "b_now": models.utcnow()}
     numa_after = None

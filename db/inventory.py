@@ -57,7 +57,12 @@ def usable(total: Any, reserved: Any, ratio: Any) -> Any:
 
 def fits(used: Any, amount: Any, total: Any, reserved: Any, ratio: Any) -> Any:
     """Whether ``amount`` more stays within what may be allocated."""
-    return used + amount <= usable(total, reserved, ratio)
+    return within(used, amount, usable(total, reserved, ratio))
+
+
+def within(used: Any, amount: Any, limit: Any) -> Any:
+    """``fits`` given the inventory's ``usable`` (for callers that keep it)."""
+    return used + amount <= limit
 
 
 def unit_ok(amount: Any, min_unit: Any, max_unit: Any, step_size: Any) -> Any:

@@ -156,12 +156,21 @@ class ResourceColumns:
     """One resource class over every row: per field an (n, k) array, column j
     the j-th provider of the node's tree that has the class (column 0 the root
     provider; absent slots pass nothing). Read through ``db.inventory``'s
-    rule, so the vector check is the rule itself."""
+    rule, so the vector check is the rule itself.
 
-    __slots__ = ("data",)
+    What depends on the inventories alone (``usable``, ``unit_ok`` per amount)
+    is remembered until the owner rewrites a row with another provider tree
+    (``forget``): claims and releases change ``used`` only."""
+
+    __slots__ = ("data", "_memo", "_stamp")
+
+    #: Derived columns remembered at most (one per distinct amount asked).
+    MEMO_SIZE = 64
 
     def __init__(self, data: np.ndarray) -> None:
         self.data = data                    # (len(RESOURCE_FIELDS), n, k)
+        self._memo: dict = {}
+        self._stamp = 0
 
     @classmethod
     def absent(cls, n: int, k: int = 1) -> ResourceColumns:
@@ -187,20 +196,56 @@ class ResourceColumns:
         """(n, k): the slots holding an inventory."""
         return self.max_unit > 0
 
+    def forget(self) -> None:
+        """Drop what was derived from the inventories (after rows were rewritten
+        with other inventories; a computation running meanwhile keeps its
+        result to itself)."""
+        self._stamp += 1
+        if self._memo:
+            self._memo = {}
+
+    def _derived(self, key: Hashable, make) -> np.ndarray:
+        stamp, memo = self._stamp, self._memo
+        hit = memo.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        value = make()
+        value.flags.writeable = False
+        if self._stamp == stamp:
+            if len(memo) >= self.MEMO_SIZE:
+                memo.clear()
+            memo[key] = (stamp, value)
+        return value
+
+    def usable(self) -> np.ndarray:
+        """(n, k): what allocations may add up to, per slot."""
+        return self._derived("usable", lambda: inventory.usable(
+            self.total, self.reserved, self.allocation_ratio))
+
+    def unit_ok(self, amount: int) -> np.ndarray:
+        """(n, k): where one allocation of ``amount`` is within the unit limits."""
+        return self._derived(("unit_ok", amount), lambda: inventory.unit_ok(
+            amount, self.min_unit, self.max_unit, self.step_size))
+
     def admits(self, amount: int, ratio: np.ndarray | None = None) -> np.ndarray:
         """(n, k): where one provider's inventory takes ``amount`` more
-        (``ratio``: an (n,) or (n, 1) allocation ratio to use instead)."""
+        (``ratio``: an (n,) or (n, 1) allocation ratio to use instead):
+        ``inventory.admits`` with its inventory-only parts remembered."""
         if ratio is None:
-            return inventory.admits(self.used, amount, self)
-        return inventory.unit_ok(amount, self.min_unit, self.max_unit, self.step_size) & \
-            inventory.fits(self.used, amount, self.total, self.reserved, ratio)
+            fits = inventory.within(self.used, amount, self.usable())
+        else:
+            fits = inventory.fits(self.used, amount, self.total, self.reserved, ratio)
+        return self.unit_ok(amount) & fits
 
     def root(self, field: str) -> np.ndarray:
         """The root provider's ``field`` per row."""
         return self.data[RESOURCE_FIELDS.index(field), :, 0]
 
     def copy(self) -> ResourceColumns:
-        return ResourceColumns(self.data.copy())
+        out = ResourceColumns(self.data.copy())
+        out._memo = dict(self._memo)
+        out._stamp = self._stamp
+        return out
 
     def grown(self, k: int) -> ResourceColumns:
         """The same columns with room for ``k`` providers per row."""
@@ -244,6 +289,8 @@ class HostColumns:
         self._res: dict[str, ResourceColumns] = {}
         #: trait -> rows whose root provider has it (traits asked so far).
         self._traits: dict[str, np.ndarray] = {}
+        #: Per row, the provider tree its resource columns were written from.
+        self._trees: list[Any] = [None] * n
         for i, hs in enumerate(self.hosts):
             self.index_by_host.setdefault(hs.host, []).append(i)
             self.row_of_node[hs.node_id] = i
@@ -297,9 +344,19 @@ class HostColumns:
             versions[i] = version
 
     def _write_resources(self, i: int, hs) -> None:
-        """Row ``i`` of every resource class from ``hs``'s tree and usage."""
+        """Row ``i`` of every resource class from ``hs``'s tree and usage: only
+        the usage when the row's tree is the one it was written from (trees are
+        interned: the same object while the inventories stay the same)."""
         tree, usage = hs.tree, hs.usage
         by_class = tree.by_class
+        if self._trees[i] is tree:
+            for rc, slots in by_class.items():
+                used = self._res[rc].data[3]
+                j = 0 if tree.slots[slots[0]][0] == 0 else 1
+                for slot in slots:
+                    used[i, j] = usage[slot] if slot < len(usage) else 0
+                    j += 1
+            return
         for rc, slots in by_class.items():
             # column 0 is the root's, even where the root has none of the class
             needed = len(slots) + (tree.slots[slots[0]][0] != 0)
@@ -322,6 +379,10 @@ class HostColumns:
                                  usage[slot] if slot < len(usage) else 0, inv.min_unit,
                                  inv.max_unit, inv.step_size)
                 j += 1
+        # after the row is written: what was derived from the old one is stale
+        self._trees[i] = tree
+        for res in self._res.values():
+            res.forget()
 
     # -- reading ----------------------------------------------------------------
     def resources(self, rc: str) -> ResourceColumns:
@@ -344,9 +405,7 @@ class HostColumns:
 
     # The classic columns: views of the root provider's VCPU, MEMORY_MB, DISK_GB.
     def _root_limit(self, rc: str) -> np.ndarray:
-        res = self.resources(rc)
-        return inventory.usable(res.root("total"), res.root("reserved"),
-                                res.root("allocation_ratio"))
+        return self.resources(rc).usable()[:, 0]
 
     def _root_usable(self, rc: str) -> np.ndarray:
         res = self.resources(rc)
@@ -449,6 +508,7 @@ class HostColumns:
         other._classes = {k: (c.copy(), list(keys)) for k, (c, keys) in self._classes.items()}
         other._res = {rc: res.copy() for rc, res in self._res.items()}
         other._traits = {t: rows.copy() for t, rows in self._traits.items()}
+        other._trees = list(self._trees)
         return other
 
     def needs_recode(self) -> bool:

@@ -64,3 +64,51 @@ def test_class_codes_follow_changes_and_recoding():
         len(set(fresh.class_codes("tier").tolist())) == 2
     assert fresh.classes.size("tier") == 2      # only the keys rows still have
     assert fresh.hosts == cols.hosts and (fresh.free_ram == cols.free_ram).all()
+
+
+def _admits_by_hand(hs, rc: str, amount: int) -> bool:
+    tree = hs.tree
+    return any(tree.slot_inventory(slot).admits(
+        hs.usage[slot] if slot < len(hs.usage) else 0, amount)
+        for slot in tree.by_class.get(rc, ()))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_resource_columns_follow_usage_and_inventory_changes(seed):
+    """What the columns remember of the inventories (usable, unit limits per
+    amount) is kept while only usage changes, and dropped when a row gets
+    other inventories: the vector check equals each host's own, every time."""
+    rng = random.Random(seed)
+    hosts = [fakes.fake_host(f"h{i}", vcpus=rng.choice((4, 8)),
+                             memory_mb=rng.choice((4096, 8192)),
+                             vcpus_used=rng.randint(0, 8))
+             for i in range(30)]
+    cols = HostColumns(hosts)
+    amounts = {"VCPU": (1, 2, 4, 9), "MEMORY_MB": (512, 4096, 8192)}
+
+    def check():
+        for rc, asked in amounts.items():
+            res = cols.resources(rc)
+            for amount in asked:
+                got = res.admits(amount).any(axis=1)
+                want = [_admits_by_hand(hs, rc, amount) for hs in cols.hosts]
+                assert got.tolist() == want, (rc, amount)
+
+    check()
+    for _round in range(4):
+        for i in rng.sample(range(len(hosts)), 8):
+            old = cols.hosts[i]
+            if rng.random() < 0.5:      # a claim or a release: usage only
+                fresh = fakes.fake_host(old.host)
+                fresh.set_providers(old.tree, tuple(
+                    rng.randint(0, old.tree.slot_inventory(slot).total)
+                    for slot in range(len(old.tree.slots))), old.providers)
+            else:                       # the host reported other inventories
+                vcpus = rng.choice((2, 4, 16))
+                fresh = fakes.fake_host(old.host, vcpus=vcpus,
+                                        memory_mb=rng.choice((2048, 16384)),
+                                        vcpus_used=old.vcpus_used,
+                                        inventories={"VCPU": {"total": vcpus, "step_size": 2}}
+                                        if rng.random() < 0.3 else None)
+            cols.update(i, fresh)
+        check()
