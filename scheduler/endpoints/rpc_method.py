@@ -28,8 +28,9 @@ from scheduler.rpc import ALLOWED_REMOTE_EXMODS
 LOG = logging.getLogger(__name__)
 
 #: Methods whose policy target is not the caller's project: they authorize
-#: themselves (release and reschedule, against the instance's project).
-AUTHORIZED_INSIDE = frozenset({"release", "reschedule"})
+#: themselves (``scheduler.endpoints.scoping``: select_destinations against the
+#: request's project, release and reschedule against the instance's).
+AUTHORIZED_INSIDE = frozenset({"select_destinations", "release", "reschedule"})
 
 
 def wire_error(error: exception.BerthError) -> exception.BerthError:
