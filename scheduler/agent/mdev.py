@@ -56,7 +56,7 @@ vgpu_type_opts = [
                      "first)."),
     cfg.ListOpt("traits", default=[],
                 help="Traits the GPUs exposing this type get besides CUSTOM_VGPU_<TYPE> "
-                     "(standard trait names or CUSTOM_*)."),
+                     "(standard trait names, or custom ones such as CUSTOM_FAST)."),
 ]
 
 cfg.CONF.register_opts(vgpu_opts, group="agent")

@@ -47,8 +47,8 @@ from scheduler import exception, fleet
 
 provider_config_opts = [
     cfg.StrOpt("provider_config_location", default="/etc/berth/provider_config/",
-               help="Directory of provider config files (*.yaml, Nova's provider.yaml "
-                    "format): CUSTOM_ inventories and traits the operator adds to this "
+               help="Directory of provider config files (YAML files, Nova's provider.yaml "
+                    "format): the custom inventories and traits the operator adds to this "
                     "node (identification uuid $COMPUTE_NODE, or its name) or to a child "
                     "provider of it (by name or uuid, as berth-agent --dry-run shows "
                     "them). Read when berth-agent starts; a file that fails validation "

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from scheduler import exception
+from scheduler.manager import RPC_API_VERSION
 from tests import services
 from tests.functional.daemon import ROOT, Daemon
 
@@ -139,7 +140,7 @@ def test_deeply_nested_message_does_not_stall_the_worker(daemon):
                                 content_type="application/json", declare=[exchange])
     time.sleep(1)
     t0 = time.monotonic()
-    assert daemon.api(timeout=10).ping()["version"] == "1.1"
+    assert daemon.api(timeout=10).ping()["version"] == RPC_API_VERSION
     assert time.monotonic() - t0 < 10
     assert daemon.snapshot() == before
 
