@@ -223,7 +223,13 @@ def _surrogate(text: str) -> bool:
 
 class CheckedDispatcher(rpc_dispatcher.RPCDispatcher):
     """oslo.messaging's RPC dispatcher whose every outcome is a value or one of
-    Berth's errors, without a traceback (module docstring)."""
+    Berth's errors, without a traceback (module docstring); each call takes a
+    turn of ``admission`` (``scheduler.admission.Admission``) once checked."""
+
+    def __init__(self, endpoints, serializer=None, access_policy=None,
+                 admission=None) -> None:
+        super().__init__(endpoints, serializer, access_policy)
+        self.admission = admission
 
     def dispatch(self, incoming):
         refusal = getattr(incoming.message, "refusal", None)
@@ -231,7 +237,10 @@ class CheckedDispatcher(rpc_dispatcher.RPCDispatcher):
             if refusal is not None:
                 raise refusal
             check_call(incoming.message, incoming.ctxt)
-            return super().dispatch(incoming)
+            if self.admission is None:
+                return super().dispatch(incoming)
+            with self.admission.turn(incoming.message["method"], incoming.ctxt):
+                return super().dispatch(incoming)
         except oslo_messaging.ExpectedException:
             raise
         except exception.BerthError as e:

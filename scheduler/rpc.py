@@ -64,8 +64,8 @@ rpc_opts = [
                     "on [scheduler] topic, and each topic refuses the other's calls "
                     "(ping is served on both). The admin topic lives on an exchange "
                     "of its own, named after the control exchange with an 'admin' "
-                    "prefix (admin_berth for berth). Unset: every call on [scheduler] topic. Set it, "
-                    "and give the compute API's broker user no write permission on "
+                    "prefix (admin_berth for berth). Unset: every call on [scheduler] "
+                    "topic. Set it, and give the compute API's broker user no write permission on "
                     "that exchange, to keep compute APIs away from admin calls (the "
                     "security page of the admin guide has the whole recipe). Clients "
                     "and daemons must "
@@ -198,10 +198,12 @@ def get_transport(conf: cfg.ConfigOpts = cfg.CONF,
 
 
 def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
-               endpoints: list, backend: str,
-               exchange: str | None = None) -> oslo_messaging.RPCServer:
+               endpoints: list, backend: str, exchange: str | None = None,
+               admission=None) -> oslo_messaging.RPCServer:
     """An RPC server on ``topic`` / ``server`` (on ``exchange``, default the
-    control exchange) with the chosen executor.
+    control exchange) with the chosen executor; its calls take turns of
+    ``admission`` (``scheduler.admission.Admission``, shared by a worker's
+    servers), if given.
 
     Messages are checked before dispatch, and every outcome answered with a
     value or one of Berth's errors (``scheduler.envelope.CheckedDispatcher``).
@@ -215,7 +217,7 @@ def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
 
     target = oslo_messaging.Target(exchange=exchange, topic=topic, server=server)
     dispatcher = CheckedDispatcher(endpoints, ContextSerializer(),
-                                   oslo_messaging.DefaultRPCAccessPolicy)
+                                   oslo_messaging.DefaultRPCAccessPolicy, admission)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)

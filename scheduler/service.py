@@ -141,6 +141,7 @@ class SchedulerService:
         self.manager = None
         self.reaper = None
         self.routes: broker.RouteCheck | None = None
+        self.admission = None           # scheduler.admission.Admission, once started
 
     @property
     def host_manager(self):
@@ -179,6 +180,9 @@ class SchedulerService:
                 (topic, None, TopicEndpoint(self.manager, rpc.COMPUTE_METHODS, topic)),
                 (admin, broker.admin_exchange(self.conf),
                  TopicEndpoint(self.manager, rpc.ADMIN_METHODS, admin))]
+        from scheduler.admission import Admission
+
+        self.admission = Admission(self.conf)
         self._servers = self._new_servers(UnknownMethods)
         self.server = self._servers[0]
         for server in self._servers:
@@ -200,7 +204,8 @@ class SchedulerService:
 
     def _new_servers(self, unknown_methods) -> list:
         return [rpc.get_server(self._transport, t, self.conf.host,
-                               [endpoint, unknown_methods()], self.backend, exchange=e)
+                               [endpoint, unknown_methods()], self.backend, exchange=e,
+                               admission=self.admission)
                 for t, e, endpoint in self._served]
 
     def _redeclare(self) -> None:

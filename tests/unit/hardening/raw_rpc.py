@@ -4,6 +4,7 @@ can publish — and reads the raw reply."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -38,9 +39,9 @@ class RawService:
         self.transport.cleanup()
         self.conf.clear_override("topic", group="scheduler")
 
-    def send(self, body: str | bytes, reply_q: str | None = None) -> None:
+    def send(self, body: str | bytes, connection=None) -> None:
         exchange = kombu.Exchange(self.conf.control_exchange, type="topic", durable=False)
-        with self.connection.Producer() as producer:
+        with (connection or self.connection).Producer() as producer:
             producer.publish(body, exchange=exchange, routing_key=self.topic,
                              content_type="application/json", content_encoding="utf-8")
 
@@ -50,13 +51,17 @@ class RawService:
         queue = kombu.Queue(reply_q, exchange=kombu.Exchange("", type="direct"),
                             routing_key=reply_q, auto_delete=True)
         got: list = []
-        with self.connection.Consumer(queue, callbacks=[lambda b, m: got.append(b)],
-                                      accept=["json"]):
-            self.send(body)
-            try:
-                self.connection.drain_events(timeout=timeout)
-            except TimeoutError:
-                return None
+        with kombu.Connection(MEMORY_URL) as connection, connection.Consumer(
+                queue, callbacks=[lambda b, m: got.append(b)], accept=["json"]):
+            self.send(body, connection)
+            deadline = time.monotonic() + timeout
+            while not got and time.monotonic() < deadline:
+                try:
+                    connection.drain_events(timeout=min(0.5, timeout))
+                except TimeoutError:
+                    pass
+        if not got:
+            return None
         reply = got[0]
         if isinstance(reply, dict) and "oslo.message" in reply:
             reply = json.loads(reply["oslo.message"])
