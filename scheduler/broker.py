@@ -218,6 +218,9 @@ class BerthRabbitDriver(impl_rabbit.RabbitDriver):
         super().__init__(conf, url, default_exchange, allowed_remote_exmods)
         self._connection_pool.connection_cls = BerthConnection
         self._reply_prefix = reply_prefix(url)
+        #: method -> callable: calls answered as soon as they are read
+        #: (``scheduler.envelope.answer_at_once``), e.g. ping.
+        self.at_once: dict[str, Callable[[], object]] = {}
 
     def _get_reply_queue_name(self) -> str:
         return self._reply_prefix + uuid.uuid4().hex

@@ -16,6 +16,10 @@ parse the message (the caller waits out its timeout). Here, in two layers:
   unknown method or version is refused, and anything unexpected in the
   dispatch is logged with its traceback and answered ``InternalError``.
 
+A plain call of a method the driver answers at once (``ping``:
+:func:`answer_at_once`) is answered in the thread that reads the broker,
+ahead of every queued request.
+
 Each refusal is an ``InvalidRequest`` naming the field (``message``,
 ``oslo.version``, ``method``, ``args``, ``version``, ``context.roles`` ...),
 sent to the message's reply queue when one can be read — from the parsed
@@ -156,19 +160,57 @@ def _reply_address(body: bytes | str, data: dict | None) -> tuple[str | None, st
 
 def consumer_callback(consumer, conf: cfg.ConfigOpts = cfg.CONF) -> Callable:
     """The callback of an oslo.messaging rabbit ``Consumer``: its own, reading
-    the message with :func:`read_message`."""
+    the message with :func:`read_message`, and answering a call its driver
+    answers at once (:func:`answer_at_once`) before it reaches the listener."""
     def on_message(raw) -> None:
         to_python = getattr(consumer.queue.channel, "message_to_python", None)
         if to_python:
             raw = to_python(raw)
         try:
             message = read_message(raw, conf)
-            if message is not None:
+            if message is not None and not answer_at_once(consumer.callback, message):
                 consumer.callback(message)
         except Exception:
             LOG.exception("Failed to take a message; dropping it")
             raw.reject()
     return on_message
+
+
+def answer_at_once(listener, message: Message) -> bool:
+    """Answer a plain call of a method the listener's driver answers at once
+    (``at_once``: method -> callable returning the reply, e.g. ``ping``) here,
+    in the thread that reads the broker, ahead of every queued request; False
+    for any other message (the listener takes it)."""
+    from oslo_messaging._drivers import amqp as rpc_amqp
+    from oslo_messaging._drivers import common as rpc_common
+
+    from scheduler.manager import RPC_API_VERSION
+
+    driver = getattr(listener, "driver", None)
+    method = message.get("method")
+    answer = getattr(driver, "at_once", {}).get(method) if isinstance(method, str) else None
+    if answer is None or message.refusal is not None or message.get("args") \
+            or message.get("namespace") is not None:
+        return False
+    reply_q, msg_id = message.get("_reply_q"), message.get("_msg_id")
+    if not (isinstance(reply_q, str) and isinstance(msg_id, str)):
+        return False
+    ctxt = {k[9:]: v for k, v in message.items()
+            if isinstance(k, str) and k.startswith("_context_")}
+    ctxt["client_timeout"] = message.get("_timeout")
+    try:
+        check_call(message, ctxt)
+        if not messaging_utils.version_is_compatible(RPC_API_VERSION,
+                                                     message.get("version", "1.0")):
+            return False
+    except exception.InvalidRequest:
+        return False        # the dispatcher says why
+    message.acknowledge()
+    reply = {"result": answer(), "failure": None, "ending": True, "_msg_id": msg_id}
+    rpc_amqp._add_unique_id(reply)
+    with driver._get_connection(rpc_common.PURPOSE_SEND) as conn:
+        conn.direct_send(reply_q, rpc_common.serialize_msg(reply))
+    return True
 
 
 # -- the dispatcher ------------------------------------------------------------------------

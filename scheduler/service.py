@@ -172,6 +172,10 @@ class SchedulerService:
                                         backend=self.backend, worker=self.worker)
         if self._transport is None:
             self._transport = rpc.get_transport(self.conf)
+        driver = getattr(self._transport, "_driver", None)
+        if isinstance(driver, broker.BerthRabbitDriver):
+            # pings are answered as soon as they are read, ahead of queued work
+            driver.at_once["ping"] = lambda: self.manager.ping(None)
         topic, admin = self.conf.scheduler.topic, rpc.admin_topic(self.conf)
         if admin is None:
             self._served = [(topic, None, TopicEndpoint(self.manager, None, topic))]
