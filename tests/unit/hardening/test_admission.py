@@ -178,3 +178,44 @@ def test_a_capacity_call_is_bounded_in_flavors(raw):
     kwargs = typed_failure(_call(raw, message("capacity", {"request_spec": flavors})))
     assert kwargs["field"] == "requests"
     assert json.dumps(kwargs)   # plain values
+
+
+def test_a_ping_is_answered_while_every_executor_thread_is_busy(sqlite_db, conf,
+                                                                  monkeypatch):
+    """Two executor threads, both held by requests and a third waiting for a
+    thread: a ping is answered by the thread that reads the broker."""
+    from oslo_messaging import server as messaging_server
+
+    conf = inproc.configure(conf)
+    conf.register_opts(messaging_server._pool_opts)
+    conf.set_override("executor_thread_pool_size", 2)
+    gate = threading.Event()
+    from scheduler.manager import SchedulerManager
+
+    def blocked(self, ctxt):
+        gate.wait(20)
+        return []
+    blocked.rpc_method = True
+    monkeypatch.setattr(SchedulerManager, "list_hosts", blocked)
+    raw = RawService(sqlite_db, conf)
+    try:
+        raw.service.admission.max_active, raw.service.admission.max_queued = 10, 10
+        callers = [threading.Thread(target=_call, args=(raw, message("list_hosts"), 30))
+                   for _ in range(3)]
+        for c in callers:
+            c.start()
+        deadline = time.monotonic() + 5
+        while raw.service.admission.active < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert raw.service.admission.active == 2
+        t0 = time.monotonic()
+        pong = _call(raw, message("ping"), timeout=5)
+        assert pong is not None and pong["failure"] is None, pong
+        assert time.monotonic() - t0 < 2
+    finally:
+        gate.set()
+        for c in callers:
+            c.join(30)
+        raw.close()
+        conf.clear_override("executor_thread_pool_size")
+        inproc.unconfigure(conf)
