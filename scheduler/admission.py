@@ -58,6 +58,8 @@ admission_opts = [
 cfg.CONF.register_opts(admission_opts, group="scheduler")
 LIST_OPTS = [("scheduler", admission_opts)]
 
+#: How a refusal's reason starts (the client library sends the call again).
+BUSY = "the scheduler is busy"
 #: Calls that never wait for a turn.
 EXEMPT = frozenset({"ping"})
 #: Executor threads kept free of queued requests (pings, refusals).
@@ -144,5 +146,4 @@ class Admission:
     def _refuse(self, why: str) -> exception.ServiceUnavailable:
         self.refused += 1
         LOG.debug("Request refused: %s", why)
-        return exception.ServiceUnavailable(reason=f"the scheduler is busy: {why}; "
-                                                   f"send it again later")
+        return exception.ServiceUnavailable(reason=f"{BUSY}: {why}; send it again later")

@@ -100,6 +100,12 @@ caller_opts = [
                      "a tool that should only place and release its own project's "
                      "instances e.g. 'member' with caller_project_id. A caller that "
                      "acts for a user passes the user's context instead."),
+    cfg.FloatOpt("busy_retry_timeout", default=30.0, min=0.0,
+                 help="Seconds the client library (berth, berth-agent, "
+                      "scheduler.rpcapi) keeps sending a call again, with a growing "
+                      "pause, while the scheduler answers that it is busy "
+                      "(ServiceUnavailable from its admission control: the call did "
+                      "nothing). 0: give the busy answer to the caller at once."),
     cfg.StrOpt("caller_project_id",
                help="Project of the request context this process's calls carry when "
                     "the caller gives none (see caller_roles). Unset: none."),

@@ -28,6 +28,8 @@ def main(url: str, exchange: str, topic: str, seconds: float, threads: int) -> d
     conf = cfg.CONF
     conf([], project="berth")
     conf.set_override("control_exchange", exchange)
+    # a flood does not wait when told the scheduler is busy (the library would)
+    conf.set_override("busy_retry_timeout", 0, group="scheduler")
     transport = rpc.get_transport(conf, url=url)
     # as the daemon declared its exchange (read when connections open)
     conf.set_override("amqp_auto_delete", True, group="oslo_messaging_rabbit")

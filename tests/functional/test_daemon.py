@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from scheduler import exception, rpc
+from scheduler.manager import RPC_API_VERSION
 from tests.functional.daemon import Daemon
 
 SMALL = {"flavor": {"vcpus": 2, "memory_mb": 2048, "root_gb": 10}}
@@ -42,7 +43,7 @@ def test_ping_answers_from_every_worker(daemon):
     api = daemon.api()
     pids = {api.ping()["pid"] for _ in range(20)}
     info = api.ping()
-    assert info["backend"] == daemon.backend and info["version"] == "1.1"
+    assert info["backend"] == daemon.backend and info["version"] == RPC_API_VERSION
     assert len(pids) == daemon.workers
 
 

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from db import migration
 from db.api import Database
 from scheduler import exception
+from scheduler.manager import RPC_API_VERSION
 from tests import services
 from tests.functional.daemon import ROOT, Daemon
 
@@ -192,7 +193,7 @@ def test_metrics_of_two_workers_after_a_burst(two_workers):
     files = os.listdir(tmp_path / "metrics")
     assert {f.split("_")[-1] for f in files if f.startswith("counter_")} \
         == {f"{p}.db" for p in pids}, files
-    assert value(after, "berth_build_info", api_version="1.1") >= 1
+    assert value(after, "berth_build_info", api_version=RPC_API_VERSION) >= 1
 
     # Fleet gauges per zone follow the allocations (the reporters refresh them).
     used_vcpus = sum(u[0] for u in daemon.usage().values())
@@ -229,7 +230,7 @@ def test_metrics_of_two_workers_after_a_burst(two_workers):
     rows = [line.split() for line in out.stdout.splitlines()[3:]]
     assert sorted(r[0] for r in rows) == ["0", "1"]
     assert {r[1] for r in rows} == pids
-    assert all(r[2] == "yes" and r[3] == "0.1.0" and r[4] == "1.1" for r in rows), rows
+    assert all(r[2] == "yes" and r[3] == "0.1.0" and r[4] == RPC_API_VERSION for r in rows), rows
 
 
 def test_claim_conflict_is_counted(two_workers):

@@ -219,3 +219,34 @@ def test_a_ping_is_answered_while_every_executor_thread_is_busy(sqlite_db, conf,
         raw.close()
         conf.clear_override("executor_thread_pool_size")
         inproc.unconfigure(conf)
+
+
+def test_the_client_library_sends_a_busy_call_again(raw, conf, monkeypatch):
+    """A call refused as busy did nothing: SchedulerAPI sends it again until a
+    turn frees (within busy_retry_timeout); with 0 the caller gets the refusal."""
+    from scheduler.manager import SchedulerManager
+    from scheduler.rpcapi import SchedulerAPI
+
+    raw.service.admission.max_active, raw.service.admission.max_queued = 1, 0
+    gate = threading.Event()
+
+    def blocked(self, ctxt):
+        gate.wait(10)
+        return []
+    blocked.rpc_method = True
+    monkeypatch.setattr(SchedulerManager, "list_hosts", blocked)
+    api = SchedulerAPI(conf, transport=raw.transport, topic=raw.topic, timeout=20)
+    first = threading.Thread(target=api.list_hosts, args=(None,))
+    first.start()
+    deadline = time.monotonic() + 5
+    while raw.service.admission.active == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    conf.set_override("busy_retry_timeout", 0, group="scheduler")
+    with pytest.raises(exception.ServiceUnavailable):
+        api.aggregate_list(None)
+    conf.clear_override("busy_retry_timeout", group="scheduler")
+    threading.Timer(0.5, gate.set).start()
+    t0 = time.monotonic()
+    assert api.aggregate_list(None) == []       # sent again until the turn freed
+    assert time.monotonic() - t0 >= 0.4
+    first.join(10)
