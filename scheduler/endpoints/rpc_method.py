@@ -46,10 +46,15 @@ def wire_error(error: exception.BerthError) -> exception.BerthError:
 
 
 def reply(error: exception.BerthError) -> oslo_messaging.ExpectedException:
-    """``error`` as an expected exception without its traceback: oslo.messaging
-    sends the formatted traceback of what it is given, and the caller must not see
-    the server's files and lines."""
+    """``error`` as an expected exception without its traceback (nor the
+    exceptions it was raised from or during): oslo.messaging sends the
+    formatted traceback of what it is given, and the caller must not see the
+    server's files and lines."""
     error = error.with_traceback(None)
+    # oslo.messaging formats the chain too: an error raised while handling
+    # another (the retry path's) would carry that one's traceback
+    error.__cause__ = error.__context__ = None
+    error.__suppress_context__ = True
     wrapped = oslo_messaging.ExpectedException()
     wrapped.exc_info = (type(error), error, None)
     return wrapped

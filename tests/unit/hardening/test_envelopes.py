@@ -176,3 +176,24 @@ def test_report_pci_devices_with_a_numa_node_beyond_any_host(raw):
     kwargs = typed_failure(call(raw, message("report_pci_devices",
                                              {"node": "env-1", "devices": [device]})))
     assert kwargs["field"] == "devices[0].numa_node"
+
+
+def test_the_retry_paths_refusals_carry_no_traceback(raw):
+    import uuid
+
+    assert call(raw, message("report_compute_node", {"node": HOST}))["failure"] is None
+    held = str(uuid.uuid4())
+    placed = call(raw, message("select_destinations",
+                               {"request_spec": SPEC, "instance_uuids": [held]}))
+    assert placed["failure"] is None
+    other = dict(SPEC, flavor=dict(SPEC["flavor"], memory_mb=1024))
+    kwargs = typed_failure(call(raw, message("select_destinations", {
+        "request_spec": other, "instance_uuids": [held]})))
+    assert kwargs == {"field": "instance_uuids", "reason": f"already allocated: {held}"}
+    huge = dict(SPEC, flavor=dict(SPEC["flavor"], vcpus=4096), num_instances=2)
+    typed_failure(call(raw, message("select_destinations", {
+        "request_spec": huge, "instance_uuids": [str(uuid.uuid4()), held]})),
+        exception.InvalidRequest)
+    typed_failure(call(raw, message("select_destinations", {
+        "request_spec": huge, "instance_uuids": [str(uuid.uuid4())] * 1 + [
+            str(uuid.uuid4())]})), exception.NoValidHost)
