@@ -569,6 +569,17 @@ def allocations_for(db: Database, instance_uuids) -> dict[str, dict]:
         return _with_amounts(conn, rows.all())
 
 
+def projects_of(db: Database, instance_uuids) -> dict[str, str | None]:
+    """consumer uuid -> its project, for those that hold an allocation (one
+    query on the consumers' uuid index, whether they do or not)."""
+    uuids = list(instance_uuids)
+    if not uuids:
+        return {}
+    with db.causal_reader() as conn:
+        return dict(conn.execute(sa.select(_alloc.c.uuid, _alloc.c.project_id)
+                                 .where(_alloc.c.uuid.in_(uuids))).all())
+
+
 def get_allocation(db: Database, instance_uuid: str) -> dict | None:
     """What the consumer holds (as ``allocations_for``), or None."""
     return allocations_for(db, [instance_uuid]).get(instance_uuid)

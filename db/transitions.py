@@ -68,6 +68,21 @@ def last_of(db: Database, consumer_uuid: str) -> Transition | None:
         return last(conn, consumer_uuid)
 
 
+def projects_of(db: Database, consumer_uuids) -> dict[str, str | None]:
+    """consumer uuid -> the project of its last remembered transition, for those
+    that have one (one query, whether they do or not; causal like ``last_of``)."""
+    uuids = list(consumer_uuids)
+    if not uuids:
+        return {}
+    out: dict[str, str | None] = {}
+    with db.causal_reader() as conn:
+        for uuid, project in conn.execute(
+                sa.select(_t.c.consumer_uuid, _t.c.project_id)
+                .where(_t.c.consumer_uuid.in_(uuids)).order_by(_t.c.id)):
+            out[uuid] = project
+    return out
+
+
 def purge(db: Database, before: datetime.datetime, limit: int = 1000) -> int:
     """Forget the oldest transitions made before ``before`` (at most ``limit``);
     how many were deleted."""

@@ -28,6 +28,8 @@ TYPE_PCI = "type-PCI"
 TYPE_PF = "type-PF"
 TYPE_VF = "type-VF"
 DEVICE_TYPES = (TYPE_PCI, TYPE_PF, TYPE_VF)
+#: Highest NUMA node id a device may name (the CPU ids of a topology share the bound).
+MAX_NUMA_NODE = 65535
 
 AVAILABLE = "available"
 CLAIMED = "claimed"
@@ -211,9 +213,13 @@ def validate_device(data: Mapping[str, Any], field_prefix: str) -> PciDevice:
         raise PciError(f"{field_prefix}.parent_addr", "only a type-VF device has a parent")
 
     numa_node = data.get("numa_node")
-    if numa_node is not None and (type(numa_node) is not int or numa_node < 0):
+    if numa_node is not None and (type(numa_node) is not int
+                                  or not 0 <= numa_node <= MAX_NUMA_NODE):
+        shown = numa_node if type(numa_node) is not int or numa_node < 2 ** 64 \
+            else f"an integer of {numa_node.bit_length()} bits"
         raise PciError(f"{field_prefix}.numa_node",
-                       f"expected a NUMA node id (integer >= 0), got {numa_node!r}")
+                       f"expected a NUMA node id (integer >= 0 and <= {MAX_NUMA_NODE}), "
+                       f"got {shown!r}")
     physical_network = normalize_physical_network(data.get("physical_network"),
                                                   f"{field_prefix}.physical_network")
     status = data.get("status", AVAILABLE)

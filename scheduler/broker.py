@@ -3,7 +3,7 @@
 With broker permissions as the trust boundary, a restricted user (a compute
 API) must be able to publish compute calls and read its own replies, and
 nothing else: no exchange it may configure or delete, no queue of another
-user it may read. Three things of the stock oslo.messaging rabbit driver
+user it may read. Four things of the stock oslo.messaging rabbit driver
 stand in the way, and :class:`BerthRabbitDriver` changes them:
 
 * a publisher declares the exchange it publishes to, which needs the
@@ -14,6 +14,10 @@ stand in the way, and :class:`BerthRabbitDriver` changes them:
   permissions cannot tell its own from another's. Here they are named
   ``reply_<broker user>.<uuid>``, so a user may be given
   ``^reply_<user>\\.`` and no other queue;
+* a message the daemon cannot read (too large, not JSON, another envelope
+  version) is dropped without a word, and the caller waits out its timeout.
+  Here it is refused with a typed error to its reply queue when one can be
+  read (``scheduler.envelope``);
 * a daemon sends a reply to whatever queue the request names (through the
   default exchange, which reaches every queue). Here only to a reply queue
   (``reply_...``): a request naming the admin topic's queue as its reply
@@ -127,6 +131,18 @@ class BerthConnection(impl_rabbit.Connection):
         self._publish(exchange, msg, routing_key=routing_key, timeout=timeout,
                       transport_options=transport_options)
 
+    def __init__(self, conf, url, purpose, retry=None):
+        self._conf = conf
+        super().__init__(conf, url, purpose, retry=retry)
+
+    def declare_consumer(self, consumer):
+        """Consume with a callback that checks each message before the listener
+        takes it (``scheduler.envelope.read_message``)."""
+        from scheduler import envelope
+
+        consumer._callback = envelope.consumer_callback(consumer, self._conf)
+        return super().declare_consumer(consumer)
+
     def direct_send(self, msg_id, msg):
         if not isinstance(msg_id, str) or not msg_id.startswith(REPLY_PREFIX):
             LOG.warning("Not replying to %s: not a reply queue (a reply queue's name "
@@ -202,6 +218,9 @@ class BerthRabbitDriver(impl_rabbit.RabbitDriver):
         super().__init__(conf, url, default_exchange, allowed_remote_exmods)
         self._connection_pool.connection_cls = BerthConnection
         self._reply_prefix = reply_prefix(url)
+        #: method -> callable: calls answered as soon as they are read
+        #: (``scheduler.envelope.answer_at_once``), e.g. ping.
+        self.at_once: dict[str, Callable[[], object]] = {}
 
     def _get_reply_queue_name(self) -> str:
         return self._reply_prefix + uuid.uuid4().hex

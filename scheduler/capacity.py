@@ -28,6 +28,10 @@ from typing import Any
 from scheduler import exception
 from scheduler.request_spec import RequestSpec
 
+#: Requests (flavors) in one capacity call: each is counted, per zone and per
+#: aggregate when asked, all within one [scheduler] request_timeout.
+MAX_REQUESTS = 20
+
 
 def parse_requests(data: Any, parse) -> list[tuple[str, RequestSpec]]:
     """(name, spec) per request of a FLAVOR.json document.
@@ -39,6 +43,9 @@ def parse_requests(data: Any, parse) -> list[tuple[str, RequestSpec]]:
     items = data if isinstance(data, list) else [data]
     if not items:
         raise exception.InvalidRequest(field="requests", reason="no request given")
+    if len(items) > MAX_REQUESTS:
+        raise exception.InvalidRequest(
+            field="requests", reason=f"more than {MAX_REQUESTS} requests in one call")
     out = []
     for i, item in enumerate(items):
         field = f"requests[{i}]" if isinstance(data, list) else "request"
@@ -56,8 +63,10 @@ def parse_requests(data: Any, parse) -> list[tuple[str, RequestSpec]]:
     return out
 
 
-def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None) -> dict:
-    """How many more instances of ``spec`` fit now (on ``hosts`` only, if given).
+def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None,
+          deadline=None) -> dict:
+    """How many more instances of ``spec`` fit now (on ``hosts`` only, if given),
+    within ``deadline`` (``scheduler.deadline.Deadline``) when given.
 
     Returns ``{"fits": n, "limited_by": text}``: ``limited_by`` is why instance
     ``n + 1`` was refused (the NoValidHost explanation).
@@ -70,7 +79,8 @@ def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None) -> d
         if not wanted:
             return {"fits": 0, "limited_by": "no hosts"}
         one = one.replace(force_hosts=tuple(sorted(wanted)))
-    fits, refusal = scheduler.count_fits(one)
+    fits, refusal = scheduler.count_fits(one, deadline) if deadline is not None \
+        else scheduler.count_fits(one)
     return {"fits": fits, "limited_by": refusal.reason}
 
 
@@ -88,17 +98,20 @@ def _zones_and_aggregates(scheduler) -> tuple[dict[str, list[str]], dict[str, li
 
 def capacity(scheduler, requests: Sequence[tuple[str, RequestSpec]], per_az: bool = False,
              per_aggregate: bool = False) -> list[dict]:
-    """The count for each named request, optionally per zone and per aggregate."""
+    """The count for each named request, optionally per zone and per aggregate,
+    all within one ``[scheduler] request_timeout`` (RequestTimeout past it)."""
     zones, aggregates = _zones_and_aggregates(scheduler) if (per_az or per_aggregate) \
         else ({}, {})
+    deadline = scheduler.new_deadline()
     out = []
     for name, spec in requests:
-        entry: dict[str, Any] = {"request": name, **count(scheduler, spec)}
+        entry: dict[str, Any] = {"request": name, **count(scheduler, spec,
+                                                          deadline=deadline)}
         if per_az:
-            entry["per_az"] = {z: count(scheduler, spec, hosts)["fits"]
+            entry["per_az"] = {z: count(scheduler, spec, hosts, deadline)["fits"]
                                for z, hosts in zones.items()}
         if per_aggregate:
-            entry["per_aggregate"] = {a: count(scheduler, spec, hosts)["fits"]
+            entry["per_aggregate"] = {a: count(scheduler, spec, hosts, deadline)["fits"]
                                       for a, hosts in aggregates.items()}
         out.append(entry)
     return out

@@ -456,7 +456,12 @@ class FilterScheduler:
         LOG.debug("select_destinations took %.2f ms", elapsed * 1000)
         return results
 
-    def count_fits(self, spec: RequestSpec) -> tuple[int, exception.NoValidHost]:
+    def new_deadline(self) -> Deadline:
+        """The deadline of one request starting now (``[scheduler] request_timeout``)."""
+        return Deadline(self.conf.scheduler.request_timeout, _clock)
+
+    def count_fits(self, spec: RequestSpec, deadline: Deadline | None = None
+                   ) -> tuple[int, exception.NoValidHost]:
         """How many more instances of ``spec`` (one per placement) fit now, and
         why the next one does not: a dry run that claims nothing.
 
@@ -475,11 +480,12 @@ class FilterScheduler:
         host the weighers pick, as ``select_destinations`` would.
 
         Bounded by ``[scheduler] request_timeout`` (RequestTimeout), not by
-        ``max_request_work`` (which bounds a request's instances, not a count).
+        ``max_request_work`` (which bounds a request's instances, not a count);
+        or by ``deadline``, one several counts share (``scheduler.capacity``).
         """
         one = spec.replace(num_instances=1, instance_uuids=None)
         started = _clock()
-        deadline = Deadline(self.conf.scheduler.request_timeout, _clock)
+        deadline = deadline or self.new_deadline()
         self.host_manager.refresh()
         affinity = one.instance_group is not None and one.instance_group.policy == "affinity"
         req = self._request(one, deadline, metrics.SelectTimings(),
@@ -831,7 +837,8 @@ class FilterScheduler:
                 continue
             finally:
                 timings.phase("claim", started)
-            LOG.info("Placed %s on %s: %d/%d hosts passed filters (%s)%s",
+            (LOG.debug if req.dry_run else LOG.info)(
+                     "Placed %s on %s: %d/%d hosts passed filters (%s)%s",
                      instance_uuid, chosen.host, len(rows), req.cycle.cols.n,
                      ", ".join(f"{name} -{n}" for name, n in removed.items() if n)
                      or "none removed", " [dry run]" if req.dry_run else "")

@@ -43,8 +43,14 @@ class SchedulerManager(PlacementEndpoint, MovesEndpoint, HostsEndpoint, Aggregat
         self.policy = policy.Policy(conf)
         self._started = time.monotonic()
 
-    def ping(self, ctxt) -> dict:
+    def ping(self, ctxt, **kwargs) -> dict:
         """Liveness and identity of the worker that answered."""
+        if kwargs:
+            from scheduler.endpoints.rpc_method import reply
+            from scheduler.exception import InvalidRequest
+
+            raise reply(InvalidRequest(field="arguments",
+                                       reason="ping takes no arguments")) from None
         return {"host": self.conf.host, "pid": os.getpid(), "worker": self.worker,
                 "backend": self.backend, "version": RPC_API_VERSION,
                 "release": metrics.release(),

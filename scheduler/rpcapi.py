@@ -21,6 +21,7 @@ travel is refused locally with ``InvalidRequest`` instead of a transport error.
 """
 from __future__ import annotations
 
+import random
 import time
 import uuid as uuidlib
 from typing import Any
@@ -74,6 +75,24 @@ class SchedulerAPI:
             self.transport, admin, version_cap=conf.scheduler.rpc_version_cap,
             timeout=timeout, retry=retry, exchange=broker.exchange_of(conf, admin=True))
 
+    def _send(self, cctxt, ctxt, method: str, **kwargs: Any) -> Any:
+        """``cctxt.call(ctxt, method, **kwargs)``, sent again while the scheduler
+        answers that it is busy (it did nothing: safe for every method), for at
+        most ``[scheduler] busy_retry_timeout`` seconds."""
+        from scheduler import admission, exception
+
+        give_up = time.monotonic() + self.conf.scheduler.busy_retry_timeout
+        pause = 0.1
+        while True:
+            try:
+                return cctxt.call(ctxt, method, **kwargs)
+            except exception.ServiceUnavailable as e:
+                if admission.BUSY not in str(e) or time.monotonic() + pause > give_up:
+                    raise
+            LOG.debug("The scheduler is busy; sending %s again in %.1f s", method, pause)
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(2 * pause, 2.0)
+
     def close(self) -> None:
         if self._own_transport:
             self.transport.cleanup()
@@ -87,7 +106,7 @@ class SchedulerAPI:
     def _call(self, ctxt, method: str, *, version: str = "1.0", **kwargs: Any) -> Any:
         rpc.check_json(kwargs, "arguments")
         client = self.client if method in rpc.COMPUTE_METHODS else self.admin_client
-        return client.prepare(version=version).call(ctxt or rpc.new_context(), method,
+        return self._send(client.prepare(version=version), ctxt or rpc.new_context(), method,
                                                     **kwargs)
 
     def _holds(self, confirm: str) -> bool:
@@ -183,7 +202,7 @@ class SchedulerAPI:
         ctxt = ctxt or rpc.new_context()
         for attempt in range(retries + 1):
             try:
-                placements = cctxt.call(ctxt, "select_destinations",
+                placements = self._send(cctxt, ctxt, "select_destinations",
                                         request_spec=request_spec,
                                         instance_uuids=instance_uuids,
                                         return_alternates=return_alternates,
@@ -212,7 +231,8 @@ class SchedulerAPI:
         cctxt = self.admin_client.prepare(version="1.1",
                                           timeout=self.conf.scheduler.long_rpc_timeout,
                                           call_monitor_timeout=monitor)
-        return cctxt.call(ctxt or rpc.new_context(), "capacity", request_spec=request_spec,
+        return self._send(cctxt, ctxt or rpc.new_context(), "capacity",
+                          request_spec=request_spec,
                           per_az=per_az, per_aggregate=per_aggregate)
 
     def confirm(self, ctxt, instance_uuids: list[str]) -> dict:
@@ -257,7 +277,7 @@ class SchedulerAPI:
         retries = self.conf.scheduler.select_retries
         for attempt in range(retries + 1):
             try:
-                return cctxt.call(ctxt, "move_instance", move=move,
+                return self._send(cctxt, ctxt, "move_instance", move=move,
                                   return_alternates=return_alternates)
             except oslo_messaging.MessagingTimeout:
                 if attempt == retries:

@@ -141,6 +141,7 @@ class SchedulerService:
         self.manager = None
         self.reaper = None
         self.routes: broker.RouteCheck | None = None
+        self.admission = None           # scheduler.admission.Admission, once started
 
     @property
     def host_manager(self):
@@ -171,6 +172,10 @@ class SchedulerService:
                                         backend=self.backend, worker=self.worker)
         if self._transport is None:
             self._transport = rpc.get_transport(self.conf)
+        driver = getattr(self._transport, "_driver", None)
+        if isinstance(driver, broker.BerthRabbitDriver):
+            # pings are answered as soon as they are read, ahead of queued work
+            driver.at_once["ping"] = lambda: self.manager.ping(None)
         topic, admin = self.conf.scheduler.topic, rpc.admin_topic(self.conf)
         if admin is None:
             self._served = [(topic, None, TopicEndpoint(self.manager, None, topic))]
@@ -179,6 +184,9 @@ class SchedulerService:
                 (topic, None, TopicEndpoint(self.manager, rpc.COMPUTE_METHODS, topic)),
                 (admin, broker.admin_exchange(self.conf),
                  TopicEndpoint(self.manager, rpc.ADMIN_METHODS, admin))]
+        from scheduler.admission import Admission
+
+        self.admission = Admission(self.conf)
         self._servers = self._new_servers(UnknownMethods)
         self.server = self._servers[0]
         for server in self._servers:
@@ -200,7 +208,8 @@ class SchedulerService:
 
     def _new_servers(self, unknown_methods) -> list:
         return [rpc.get_server(self._transport, t, self.conf.host,
-                               [endpoint, unknown_methods()], self.backend, exchange=e)
+                               [endpoint, unknown_methods()], self.backend, exchange=e,
+                               admission=self.admission)
                 for t, e, endpoint in self._served]
 
     def _redeclare(self) -> None:

@@ -96,12 +96,14 @@ def boolean(value: Any, field: str) -> bool:
 
 
 def text(value: Any, field: str, max_len: int = MAX_STR) -> str:
-    """Any string of at most ``max_len`` characters (ids, flavor and zone names
-    of a request: matched, never stored as names)."""
+    """Any Unicode string of at most ``max_len`` characters (ids, flavor and
+    zone names of a request: matched, never stored as names)."""
     if not isinstance(value, str):
         raise expected(field, "a string", value)
     if len(value) > max_len:
         raise invalid(field, f"longer than {max_len} characters")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise invalid(field, "holds a lone surrogate (not Unicode text)")
     return value
 
 

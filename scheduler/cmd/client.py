@@ -30,8 +30,11 @@ class CliError(Exception):
 # -- formatting ---------------------------------------------------------------------
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain aligned text table; numbers right-aligned."""
-    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    """A plain aligned text table; numbers right-aligned; control, line-separator
+    and bidi characters of a value written as escapes."""
+    from db.limits import escape_controls
+
+    cells = [[("-" if v is None else escape_controls(str(v))) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, v in enumerate(row):

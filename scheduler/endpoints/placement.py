@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from db import claims, transitions
 from scheduler import capacity as capacity_count
 from scheduler import exception, validation
+from scheduler.endpoints import scoping
 from scheduler.endpoints.rpc_method import rpc_method
 from scheduler.request_spec import MAX_INSTANCES, RequestSpec
 from scheduler.rpc import check_json
@@ -37,6 +37,10 @@ class PlacementEndpoint:
         dry_run = validation.boolean(dry_run, "dry_run")
         pending = validation.boolean(pending, "pending")
         spec = self._parser()(request_spec)
+        project = scoping.request_project(self.policy, ctxt, "select_destinations",
+                                          spec.project_id)
+        if project != spec.project_id:
+            spec = spec.replace(project_id=project)
         if uuids is not None and spec.instance_uuids is None \
                 and len(uuids) != spec.num_instances:
             raise exception.InvalidRequest(
@@ -64,9 +68,8 @@ class PlacementEndpoint:
     @rpc_method
     def release(self, ctxt, instance_uuid) -> bool:
         instance_uuid = validation.uuid(instance_uuid, "instance_uuid")
-        if not self._may_act_on(ctxt, "release", instance_uuid):
-            return False        # as for an instance that holds nothing
-        return bool(self.scheduler.release(instance_uuid))
+        scope = self._scope(ctxt, "release", [instance_uuid])
+        return bool(self.scheduler.release(scope[instance_uuid]))
 
     @rpc_method
     def confirm(self, ctxt, instance_uuids) -> dict:
@@ -78,54 +81,24 @@ class PlacementEndpoint:
         if not uuids:
             raise exception.InvalidRequest(field="instance_uuids",
                                            reason="expected at least one UUID")
-        hidden: set[str] = set()
-        if self.policy.enabled:     # once per project the instances belong to
-            held = claims.allocations_for(self.db, uuids)
-            mine = getattr(ctxt, "project_id", None)
-            for project in {held[u]["project_id"] if u in held else mine for u in uuids}:
-                if self.policy.allows(ctxt, "confirm", {"project_id": project}):
-                    continue
-                if project == mine:
-                    raise exception.Forbidden(rule="berth:confirm")
-                # another project's: answered as instances that hold nothing
-                hidden.update(u for u in uuids if u in held
-                              and held[u]["project_id"] == project)
-        if hidden:      # all or none: nothing is confirmed
-            return {"confirmed": [], "unknown": [u for u in uuids if u in hidden]}
-        confirmed, unknown = self.scheduler.confirm(uuids)
-        return {"confirmed": confirmed, "unknown": unknown}
+        scope = self._scope(ctxt, "confirm", uuids)
+        confirmed, unknown = self.scheduler.confirm(scope.used(uuids))
+        return {"confirmed": scope.given(confirmed), "unknown": scope.given(unknown)}
 
     @rpc_method
     def reschedule(self, ctxt, instance_uuid, failed_host, pending=False) -> list[dict]:
         instance_uuid = validation.uuid(instance_uuid, "instance_uuid")
         failed_host = validation.name(failed_host, "failed_host")
         pending = validation.boolean(pending, "pending")
-        if not self._may_act_on(ctxt, "reschedule", instance_uuid):
-            # as for an instance that holds nothing (FilterScheduler.reschedule)
-            raise exception.NotFound(kind="Allocation", name=instance_uuid)
+        scope = self._scope(ctxt, "reschedule", [instance_uuid])
         kw = {"pending": True} if pending else {}
-        return [s.to_primitive()
-                for s in self.scheduler.reschedule(instance_uuid, failed_host, **kw)]
+        try:
+            selections = self.scheduler.reschedule(scope[instance_uuid], failed_host, **kw)
+        except exception.BerthError as e:
+            raise scope.error(e) from None
+        return [s.to_primitive() for s in selections]
 
-    def _may_act_on(self, ctxt, method: str, instance_uuid: str) -> bool:
-        """The policy check of a call on one instance, against its project.
-
-        False for an instance of another project the rules refuse the caller:
-        the call answers as for an instance that holds nothing, so the answer
-        tells neither whether nor where another project's instance runs.
-        Forbidden when the rules refuse the caller on its own project (an
-        instance that holds nothing counts as the caller's)."""
-        if not self.policy.enabled:
-            return True
-        alloc = claims.get_allocation(self.db, instance_uuid)
-        mine = getattr(ctxt, "project_id", None)
-        if alloc is None:       # released: whose it was (a retry is answered as done)
-            earlier = transitions.last_of(self.db, instance_uuid)
-            project = earlier.project_id if earlier is not None else mine
-        else:
-            project = alloc["project_id"]
-        if self.policy.allows(ctxt, method, {"project_id": project}):
-            return True
-        if project != mine:
-            return False
-        raise exception.Forbidden(rule=f"berth:{method}")
+    def _scope(self, ctxt, method: str, instance_uuids: list[str]) -> scoping.Scope:
+        """The instances of a call as the caller may act on them
+        (``scheduler.endpoints.scoping``)."""
+        return scoping.scope(self.db, self.policy, ctxt, method, instance_uuids)

@@ -28,8 +28,9 @@ from scheduler.rpc import ALLOWED_REMOTE_EXMODS
 LOG = logging.getLogger(__name__)
 
 #: Methods whose policy target is not the caller's project: they authorize
-#: themselves (release and reschedule, against the instance's project).
-AUTHORIZED_INSIDE = frozenset({"release", "reschedule"})
+#: themselves (``scheduler.endpoints.scoping``: select_destinations against the
+#: request's project, release and reschedule against the instance's).
+AUTHORIZED_INSIDE = frozenset({"select_destinations", "release", "reschedule"})
 
 
 def wire_error(error: exception.BerthError) -> exception.BerthError:
@@ -45,10 +46,15 @@ def wire_error(error: exception.BerthError) -> exception.BerthError:
 
 
 def reply(error: exception.BerthError) -> oslo_messaging.ExpectedException:
-    """``error`` as an expected exception without its traceback: oslo.messaging
-    sends the formatted traceback of what it is given, and the caller must not see
-    the server's files and lines."""
+    """``error`` as an expected exception without its traceback (nor the
+    exceptions it was raised from or during): oslo.messaging sends the
+    formatted traceback of what it is given, and the caller must not see the
+    server's files and lines."""
     error = error.with_traceback(None)
+    # oslo.messaging formats the chain too: an error raised while handling
+    # another (the retry path's) would carry that one's traceback
+    error.__cause__ = error.__context__ = None
+    error.__suppress_context__ = True
     wrapped = oslo_messaging.ExpectedException()
     wrapped.exc_info = (type(error), error, None)
     return wrapped

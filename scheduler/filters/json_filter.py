@@ -182,7 +182,11 @@ def _operand(arg: Any, where: str) -> Any:
         return Variable(attribute, tuple(path))
     if isinstance(arg, bool):
         return arg
-    if isinstance(arg, int | float):
+    if isinstance(arg, int):
+        if abs(arg) > 2 ** 63 - 1:
+            raise _invalid(where, "integers must be within a signed 64-bit integer")
+        return arg
+    if isinstance(arg, float):
         if not math.isfinite(arg):
             raise _invalid(where, "numbers must be finite")
         return arg

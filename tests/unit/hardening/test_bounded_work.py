@@ -236,3 +236,24 @@ def test_capacity_count_stops_at_the_deadline(sqlite_db, conf, monkeypatch):
     assert _usage(sqlite_db) == (0, 0)
     monkeypatch.setattr(s, "_count_one", count)
     assert capacity.count(s, one_spec)["fits"] > 6
+
+
+def test_a_capacity_call_of_several_flavors_shares_one_deadline(sqlite_db, conf, monkeypatch):
+    """Three flavors, per zone and per aggregate: the whole call stops at one
+    request_timeout, not one per count."""
+    from scheduler import capacity
+
+    clock = FakeClock()
+    monkeypatch.setattr(fs_mod, "_clock", clock)
+    conf.set_override("request_timeout", 2.5, group="scheduler")
+    s = _sched(sqlite_db, conf, n=6)
+    count = s._count_one
+
+    def slow_count(*args):
+        count(*args)
+        clock.now += 0.5
+    monkeypatch.setattr(s, "_count_one", slow_count)
+    requests = capacity.parse_requests([spec()["flavor"]] * 3, s.parse_request)
+    with pytest.raises(exception.RequestTimeout):
+        capacity.capacity(s, requests, per_az=True, per_aggregate=True)
+    assert clock.now <= 3.0

@@ -273,3 +273,11 @@ def test_move_commands_send_the_kind_and_its_options(berth):
     with pytest.raises(SystemExit) as e:      # argparse: the instance is required
         berth("evacuate")
     assert e.value.code == 2
+
+
+def test_tables_escape_control_characters():
+    from scheduler.cmd.client import format_table
+
+    text = format_table(["NAME"], [["evil\x1b[2J\nline\u202e"]])
+    assert "\x1b" not in text and "\u202e" not in text and text.count("\n") == 2
+    assert "evil\\x1b[2J\\x0aline\\u202e" in text
