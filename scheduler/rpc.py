@@ -7,6 +7,7 @@ context travels (a plain dict on the wire, an oslo.context on each side).
 from __future__ import annotations
 
 import math
+import re
 import socket
 import warnings
 from typing import Any
@@ -99,6 +100,12 @@ caller_opts = [
                      "a tool that should only place and release its own project's "
                      "instances e.g. 'member' with caller_project_id. A caller that "
                      "acts for a user passes the user's context instead."),
+    cfg.FloatOpt("busy_retry_timeout", default=30.0, min=0.0,
+                 help="Seconds the client library (berth, berth-agent, "
+                      "scheduler.rpcapi) keeps sending a call again, with a growing "
+                      "pause, while the scheduler answers that it is busy "
+                      "(ServiceUnavailable from its admission control: the call did "
+                      "nothing). 0: give the busy answer to the caller at once."),
     cfg.StrOpt("caller_project_id",
                help="Project of the request context this process's calls carry when "
                     "the caller gives none (see caller_roles). Unset: none."),
@@ -197,24 +204,31 @@ def get_transport(conf: cfg.ConfigOpts = cfg.CONF,
 
 
 def get_server(transport: oslo_messaging.Transport, topic: str, server: str,
-               endpoints: list, backend: str,
-               exchange: str | None = None) -> oslo_messaging.RPCServer:
+               endpoints: list, backend: str, exchange: str | None = None,
+               admission=None) -> oslo_messaging.RPCServer:
     """An RPC server on ``topic`` / ``server`` (on ``exchange``, default the
-    control exchange) with the chosen executor.
+    control exchange) with the chosen executor; its calls take turns of
+    ``admission`` (``scheduler.admission.Admission``, shared by a worker's
+    servers), if given.
 
+    Messages are checked before dispatch, and every outcome answered with a
+    value or one of Berth's errors (``scheduler.envelope.CheckedDispatcher``).
     The threading executor is oslo.messaging's default. Naming the eventlet one
     triggers a deprecation warning aimed at library users; the operator's choice
     is logged once by the service instead, so the warning is silenced here.
     """
+    from oslo_messaging.rpc import server as rpc_server
+
+    from scheduler.envelope import CheckedDispatcher
+
     target = oslo_messaging.Target(exchange=exchange, topic=topic, server=server)
-    kw: dict[str, Any] = {"serializer": ContextSerializer(),
-                          "access_policy": oslo_messaging.DefaultRPCAccessPolicy}
+    dispatcher = CheckedDispatcher(endpoints, ContextSerializer(),
+                                   oslo_messaging.DefaultRPCAccessPolicy, admission)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
-        if backend == "eventlet":
-            kw["executor"] = "eventlet"
-        return oslo_messaging.get_rpc_server(transport, target, endpoints, **kw)
+        return rpc_server.RPCServer(transport, target, dispatcher,
+                                    "eventlet" if backend == "eventlet" else None)
 
 
 def get_client(transport: oslo_messaging.Transport, topic: str, *,
@@ -266,12 +280,17 @@ def _escaped(value: Any) -> Any:
     return value
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_TEXT = "holds a lone surrogate (not Unicode text)"
+
+
 def check_json(value: Any, field: str, *, max_depth: int = 16,
                max_items: int = 10000, max_str: int = 65536) -> None:
     """Raise InvalidRequest unless ``value`` is plain, finite, bounded JSON.
 
     Guards every payload before the typed validation so that a huge list, a NaN,
-    a non-string key or a deeply nested document is refused by name, cheaply.
+    a non-string key, a lone surrogate (which no database column can store) or
+    a deeply nested document is refused by name, cheaply.
     """
     from scheduler.exception import InvalidRequest
 
@@ -294,6 +313,8 @@ def check_json(value: Any, field: str, *, max_depth: int = 16,
         if isinstance(v, str):
             if len(v) > max_str:
                 raise InvalidRequest(field=path, reason=f"longer than {max_str} characters")
+            if _SURROGATE.search(v):
+                raise InvalidRequest(field=path, reason=_NOT_TEXT)
             return
         if isinstance(v, list | tuple):
             for i, item in enumerate(v):
@@ -303,6 +324,8 @@ def check_json(value: Any, field: str, *, max_depth: int = 16,
             for k, item in v.items():
                 if not isinstance(k, str):
                     raise InvalidRequest(field=path, reason="keys must be strings")
+                if _SURROGATE.search(k):
+                    raise InvalidRequest(field=path, reason=_NOT_TEXT)
                 walk(item, f"{path}.{k}", depth + 1)
             return
         raise InvalidRequest(field=path,
