@@ -1,0 +1,229 @@
+"""Preemption: where a request that fits nowhere would fit if instances of lower
+priority gave their room (doc/source/admin/preemption.rst).
+
+The search reads the ledger once for the nodes where eligible instances hold
+anything (``db.preemption.freeable_by_node``: one GROUP BY) and prunes them
+with the request's resources as if every eligible instance were gone; the
+survivors' instances are read (one query), and each survivor is checked with
+every filter on a what-if copy of its state with all of them gone (a shallow
+copy with the victims' usage, NUMA cells, devices and group membership taken
+off: ``what_if``). Then victim sets are tried by size, one victim first: the
+sets of that size on every host whose resources fit are ordered by the cost
+plugin (``scheduler.victim_costs``) and checked with every filter and the NUMA
+and PCI fit, cheapest first; the first that passes is the answer. The claim
+that follows preempts the victims in its own transaction
+(``db.claims.claim`` with ``victims``).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+
+from oslo_log import log as logging
+
+from db import preemption as db_preemption
+from scheduler import priority as priorities
+from scheduler.host_state import Consumed, HostState
+from scheduler.provider_tree import assign
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A host and the victims that make the request fit there."""
+
+    host: HostState                  # the cached host
+    what_if: HostState               # its state with the victims gone
+    victims: tuple[db_preemption.Candidate, ...]
+    consumed: Consumed               # where the request goes on ``what_if``
+    seen_generation: int
+    request: object                  # the RequestContext the victims were checked with
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a search found, or why it found nothing (for the NoValidHost reason)."""
+
+    found: Found | None = None
+    considered: int = 0              # hosts with instances the request may preempt
+    reasons: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def summary_entry(self) -> dict:
+        reasons = dict(self.reasons.most_common()) or {
+            "no instance of lower priority may be preempted": 1}
+        return {"filter": "preemption", "removed": max(self.considered, 1)
+                if self.reasons else 0, "reasons": reasons}
+
+
+def what_if(host: HostState, victims: Sequence[db_preemption.Candidate],
+            fitted: Mapping[str, object]) -> HostState:
+    """A copy of ``host`` with ``victims`` gone: their amounts, instances, NUMA
+    usage and devices given back (``fitted``: each victim's parsed cells)."""
+    other = host.copy()
+    index = {pid: i for i, (pid, _uuid, _name) in enumerate(host.providers)}
+    usage = list(host.usage)
+    for v in victims:
+        for provider_id, rc, amount in v.amounts:
+            slot = host.tree.slot_of.get((index.get(provider_id, -1), rc))
+            if slot is not None:
+                usage[slot] = max(0, usage[slot] - amount)
+        other.instances.pop(v.uuid, None)
+        other.instance_images.pop(v.uuid, None)
+    other.usage = tuple(usage)
+    other.num_instances = max(0, host.num_instances - len(victims))
+    other.num_io_ops = max(0, host.num_io_ops - len(victims))
+    cells = [fitted[v.uuid] for v in victims if fitted.get(v.uuid) is not None]
+    if cells and host.numa_topology is not None:
+        from numa import usage as numa_usage
+
+        topology = host.numa_topology
+        for one in cells:
+            topology = numa_usage.remove_usage(topology, one)
+        other.numa_topology = topology
+    freed = [p for v in victims for p in v.pci_pools]
+    if freed:
+        from pci.pools import PciPool, sort_pools
+
+        counts = collections.Counter({p.key: p.count for p in host.pci_pools})
+        for key, n in freed:
+            counts[key] += n
+        other.pci_pools = sort_pools(PciPool(k, n) for k, n in counts.items() if n)
+    return other
+
+
+def _freed_usage(host: HostState, freeable: Mapping[tuple[int, str], int]) -> tuple:
+    """``host``'s usage with ``freeable`` ({(provider id, class): amount}) taken off."""
+    index = {pid: i for i, (pid, _uuid, _name) in enumerate(host.providers)}
+    usage = list(host.usage)
+    for (provider_id, rc), amount in freeable.items():
+        slot = host.tree.slot_of.get((index.get(provider_id, -1), rc))
+        if slot is not None:
+            usage[slot] = max(0, usage[slot] - amount)
+    return tuple(usage)
+
+
+class PreemptionSearch:
+    """Finds the host and the cheapest victims for one request (``find``), with
+    the scheduler's filters (``recheck``) and fit (``fit``)."""
+
+    def __init__(self, db, host_manager, conf, fit, cost) -> None:
+        self.db = db
+        self.host_manager = host_manager
+        self.conf = conf
+        self._fit = fit            # FilterScheduler._fit: (Consumed | None, reason)
+        self.cost = cost           # a scheduler.victim_costs plugin
+
+    def find(self, spec, priority: int, cycle, request, group: str | None = None, *,
+             exclude: frozenset[str] = frozenset(),
+             skip_nodes: frozenset[int] = frozenset()) -> Outcome:
+        """The cheapest (host, victims) for ``spec`` at ``priority`` over the
+        cycle's hosts (``request``: the RequestContext; ``group``: the key its
+        group's members are counted under); ``exclude``: instances not to
+        preempt (a dry run's earlier choices); ``skip_nodes``: nodes not to
+        preempt on (their budget is used up)."""
+        opts = self.conf.preemption
+        any_preemptible = opts.preempt_non_preemptible
+        out = Outcome()
+        freeable = db_preemption.freeable_by_node(self.db, priority, any_preemptible)
+        cols = cycle.cols
+        pruned: list[HostState] = []
+        for node_id, amounts in freeable.items():
+            row = cols.row_of_node.get(node_id)
+            if row is None or node_id in skip_nodes:
+                continue
+            host = cols.hosts[row]
+            out.considered += 1
+            _, reason = assign(host.tree, _freed_usage(host, amounts), spec.resources)
+            if reason:
+                out.reasons[f"not enough room even without every instance of lower "
+                            f"priority ({reason})"] += 1
+                continue
+            pruned.append(host)
+        if not pruned:
+            return out
+        found = db_preemption.candidates(self.db, priority, [h.node_id for h in pruned],
+                                         any_preemptible)
+        fitted: dict[str, object] = {}
+        hosts: list[tuple[HostState, list, object]] = []
+        for host in pruned:
+            cycle.deadline.pace()
+            eligible = [c for c in found.get(host.node_id, ()) if c.uuid not in exclude
+                        and c.uuid in host.instances]
+            if not eligible:
+                out.reasons["its instances of lower priority changed meanwhile"] += 1
+                continue
+            for c in eligible:
+                if c.uuid not in fitted:
+                    fitted[c.uuid] = db_preemption.numa_cells_json(c.numa_cells)
+            eligible.sort(key=self.cost.order)
+            eligible = eligible[:opts.exact_search_limit]
+            reason = self._check(spec, cycle, request, group, host, eligible, fitted)[1]
+            if reason:
+                out.reasons[f"does not fit even without its instances of lower priority "
+                            f"({reason})"] += 1
+                continue
+            hosts.append((host, eligible))
+        if not hosts:
+            return out
+        for size in range(1, opts.max_victims + 1):
+            sets = []
+            for host, eligible in hosts:
+                if size > len(eligible):
+                    continue
+                for combo in itertools.combinations(eligible, size):
+                    _, why = assign(host.tree, _freed_usage(host, _amounts(combo)),
+                                    spec.resources)
+                    if not why:
+                        sets.append((self.cost.cost(combo), host.node_id, combo, host))
+                cycle.deadline.pace()
+            sets.sort(key=lambda s: (s[0], s[1]))
+            for _cost, _node, combo, host in sets:
+                cycle.deadline.pace()
+                consumed, reason, shown, context = self._check(
+                    spec, cycle, request, group, host, list(combo), fitted)
+                if consumed is not None:
+                    out.found = Found(host=host, what_if=shown, victims=tuple(combo),
+                                      consumed=consumed, seen_generation=host.generation,
+                                      request=context)
+                    return out
+        out.reasons[f"needs more than [preemption] max_victims ({opts.max_victims}) "
+                    f"instances preempted"] += len(hosts)
+        return out
+
+    @staticmethod
+    def _context(request, group: str | None, host: HostState, victims: Sequence):
+        """The request as the instance sees it with ``victims`` gone: members of
+        its own server group among them no longer count on their host."""
+        gone = sum(1 for v in victims if group is not None and v.instance_group == group)
+        if not gone:
+            return request
+        counts = dict(request.group_hosts)
+        counts[host.host] = max(0, counts.get(host.host, 0) - gone)
+        return dataclasses.replace(request, group_hosts=counts)
+
+    def _check(self, spec, cycle, request, group, host: HostState, victims: list, fitted):
+        """Every filter and the fit on ``host`` with ``victims`` gone:
+        (Consumed | None, reason, the what-if state, the request it was asked with)."""
+        shown = what_if(host, victims, fitted)
+        context = self._context(request, group, host, victims)
+        reason = cycle.recheck(context, shown)
+        if reason:
+            return None, reason, shown, context
+        consumed, reason = self._fit(spec, shown)
+        return consumed, reason, shown, context
+
+
+def _amounts(victims) -> dict[tuple[int, str], int]:
+    total: dict[tuple[int, str], int] = {}
+    for v in victims:
+        for provider_id, rc, amount in v.amounts:
+            total[(provider_id, rc)] = total.get((provider_id, rc), 0) + amount
+    return total
+
+
+def priority_of(spec, conf) -> int:
+    """The priority a request places with (``scheduler.priority.effective``)."""
+    return priorities.effective(spec, conf)
