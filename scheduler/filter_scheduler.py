@@ -751,12 +751,17 @@ class FilterScheduler:
                     self.release(uuid, pending_before=_FAR_FUTURE,
                                  why="its request lost other claims when retried")
                 raise _ClaimsLost(lost).error()
-        return [placed[uuid] if uuid in placed else [self._held_selection(uuid, held[uuid])]
+        from db import preemption as db_preemption
+
+        victims = db_preemption.preempted_of(self.db, [u for u in uuids if u not in placed])
+        return [placed[uuid] if uuid in placed
+                else [self._held_selection(uuid, held[uuid], victims.get(uuid, ()))]
                 for uuid in uuids]
 
     @staticmethod
-    def _held_selection(uuid: str, alloc: Mapping) -> Selection:
+    def _held_selection(uuid: str, alloc: Mapping, preempted=()) -> Selection:
         return Selection(
+            preempted=tuple(preempted),
             instance_uuid=uuid, host=alloc["host"], node=alloc["hypervisor_hostname"],
             node_uuid=alloc["node_uuid"], weight=0.0,
             allocation=classic_allocation(alloc["allocations"]),

@@ -54,8 +54,9 @@ class Outcome:
     def summary_entry(self) -> dict:
         reasons = dict(self.reasons.most_common()) or {
             "no instance of lower priority may be preempted": 1}
-        return {"filter": "preemption", "removed": max(self.considered, 1)
-                if self.reasons else 0, "reasons": reasons}
+        return {"filter": "preemption",
+                "removed": max(self.considered, sum(self.reasons.values())),
+                "reasons": reasons}
 
 
 def what_if(host: HostState, victims: Sequence[db_preemption.Candidate],
