@@ -144,6 +144,8 @@ _clock = time.perf_counter
 
 #: Near-best hosts one pick chooses among at most ([filter_scheduler] near_best_spread).
 NEAR_BEST_MAX = 16
+#: Searches one preempting placement makes at most (each after a lost claim).
+PREEMPTION_ATTEMPTS = 12
 
 
 class _GroupChanged(Exception):
@@ -880,11 +882,18 @@ class FilterScheduler:
         else:
             search = preemption.PreemptionSearch(self.db, self.host_manager, self.conf,
                                                  self._fit, self._victim_cost())
-            for _attempt in range(self.conf.scheduler.claim_retries + 2):
+            # A node whose claim conflicted more than claim_retries times is
+            # left to the others (as the claim path moves to its next candidate).
+            lost: collections.Counter = collections.Counter()
+            retries = self.conf.scheduler.claim_retries
+            for _attempt in range(PREEMPTION_ATTEMPTS):
+                req.deadline.pace()
                 request = self._context(req, index)
+                skip = req.no_preemption_nodes | {n for n, c in lost.items() if c > retries}
                 outcome = search.find(req.spec, req.priority, req.cycle, request, req.group,
                                       exclude=frozenset(req.dry_victims),
-                                      skip_nodes=frozenset(req.no_preemption_nodes))
+                                      skip_nodes=frozenset(skip),
+                                      spread=NEAR_BEST_MAX if lost else 1, rng=self._rng)
                 found = outcome.found
                 if found is None:
                     break
@@ -902,11 +911,13 @@ class FilterScheduler:
                              found.host.host, e)
                     if e.budget:
                         req.no_preemption_nodes.add(found.host.node_id)
+                    lost[found.host.node_id] += 1
                     self.host_manager.refresh_nodes([found.host.node_id])
                     continue
                 except claims.ClaimConflict as e:
                     metrics.count_claim_conflict("generation")
                     LOG.debug("Preempting claim on %s lost a race (%s)", found.host.host, e)
+                    lost[found.host.node_id] += 1
                     self.host_manager.refresh_nodes([found.host.node_id])
                     continue
                 metrics.count_preemption(len(found.victims), req.priority,

@@ -119,12 +119,16 @@ class PreemptionSearch:
 
     def find(self, spec, priority: int, cycle, request, group: str | None = None, *,
              exclude: frozenset[str] = frozenset(),
-             skip_nodes: frozenset[int] = frozenset()) -> Outcome:
+             skip_nodes: frozenset[int] = frozenset(), spread: int = 1,
+             rng=None) -> Outcome:
         """The cheapest (host, victims) for ``spec`` at ``priority`` over the
         cycle's hosts (``request``: the RequestContext; ``group``: the key its
         group's members are counted under); ``exclude``: instances not to
         preempt (a dry run's earlier choices); ``skip_nodes``: nodes not to
-        preempt on (their budget is used up)."""
+        preempt on (their budget is used up); ``spread`` > 1: pick at random
+        (``rng``) among the cheapest sets of the fewest victims on that many
+        different hosts (after a lost race: concurrent requests that all took
+        the one cheapest set would conflict again)."""
         opts = self.conf.preemption
         any_preemptible = opts.preempt_non_preemptible
         out = Outcome()
@@ -181,15 +185,22 @@ class PreemptionSearch:
                         sets.append((self.cost.cost(combo), host.node_id, combo, host))
                 cycle.deadline.pace()
             sets.sort(key=lambda s: (s[0], s[1]))
-            for _cost, _node, combo, host in sets:
+            fits: list[Found] = []
+            for _cost, node_id, combo, host in sets:
+                if any(f.host.node_id == node_id for f in fits):
+                    continue
                 cycle.deadline.pace()
                 consumed, reason, shown, context = self._check(
                     spec, cycle, request, group, host, list(combo), fitted)
                 if consumed is not None:
-                    out.found = Found(host=host, what_if=shown, victims=tuple(combo),
+                    fits.append(Found(host=host, what_if=shown, victims=tuple(combo),
                                       consumed=consumed, seen_generation=host.generation,
-                                      request=context)
-                    return out
+                                      request=context))
+                    if len(fits) >= spread:
+                        break
+            if fits:
+                out.found = fits[0] if len(fits) == 1 or rng is None else rng.choice(fits)
+                return out
         out.reasons[f"needs more than [preemption] max_victims ({opts.max_victims}) "
                     f"instances preempted"] += len(hosts)
         return out
