@@ -425,7 +425,9 @@ def _release_preempted(conn, alloc) -> Released:
     if alloc["request_spec_id"] is not None:
         spec_text = alloc["shared_spec"]
         conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
-    return Released(instance_uuid=alloc["uuid"], node_id=alloc["compute_node_id"], host="",
+    host = conn.execute(sa.select(_cn.c.host).where(
+        _cn.c.id == alloc["compute_node_id"])).scalar() or ""
+    return Released(instance_uuid=alloc["uuid"], node_id=alloc["compute_node_id"], host=host,
                     amounts=(), numa_cells=None, pci_addresses=(), request_spec=spec_text,
                     instance_group=alloc["instance_group"], preempted=True)
 
