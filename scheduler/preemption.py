@@ -128,35 +128,106 @@ class PreemptionSearch:
         preempt on (their budget is used up); ``spread`` > 1: pick at random
         (``rng``) among the cheapest sets of the fewest victims on that many
         different hosts (after a lost race: concurrent requests that all took
-        the one cheapest set would conflict again)."""
+        the one cheapest set would conflict again).
+
+        Nodes are read in chunks, cheapest bound first (the cost plugin's
+        ``bound``): a chunk whose bound is no better than the best set found
+        is not read, nor any after it."""
         opts = self.conf.preemption
         any_preemptible = opts.preempt_non_preemptible
         out = Outcome()
-        freeable = db_preemption.freeable_by_node(self.db, priority, any_preemptible)
+        summaries = db_preemption.node_summaries(self.db, priority, any_preemptible)
         cols = cycle.cols
-        pruned: list[HostState] = []
-        for node_id, amounts in freeable.items():
+        asked = spec.resources.amounts() if spec.resources is not None else {}
+        nodes: list[tuple[int, HostState, db_preemption.NodeSummary]] = []
+        for node_id, summary in summaries.items():
             row = cols.row_of_node.get(node_id)
             if row is None or node_id in skip_nodes:
                 continue
             host = cols.hosts[row]
             out.considered += 1
-            _, reason = assign(host.tree, _freed_usage(host, amounts), spec.resources)
+            _, reason = assign(host.tree, _freed_usage(host, summary.freeable), spec.resources)
             if reason:
                 out.reasons[f"not enough room even without every instance of lower "
                             f"priority ({reason})"] += 1
                 continue
-            pruned.append(host)
-        if not pruned:
+            least = _fewest_victims(host, summary, asked)
+            if least > opts.max_victims:
+                out.reasons[_TOO_MANY.format(opts.max_victims)] += 1
+                continue
+            nodes.append((least, host, summary))
+        if not nodes:
             return out
-        found = db_preemption.candidates(self.db, priority, [h.node_id for h in pruned],
-                                         any_preemptible)
         fitted: dict[str, object] = {}
-        hosts: list[tuple[HostState, list, object]] = []
-        for host in pruned:
+        prepared: dict[int, list | None] = {}
+        for size in range(1, opts.max_victims + 1):
+            ready = [(self.cost.bound(size, s.min_priority, s.newest), h)
+                     for least, h, s in nodes if least <= size]
+            ready.sort(key=lambda n: (n[0] is None, n[0] or (), n[1].node_id))
+            fits: list[tuple[tuple, Found]] = []
+            for start in range(0, len(ready), SEARCH_CHUNK):
+                chunk = ready[start:start + SEARCH_CHUNK]
+                if spread == 1 and fits and chunk[0][0] is not None \
+                        and fits[0][0] <= chunk[0][0]:
+                    break       # nothing further can be cheaper
+                self._prepare(spec, cycle, request, group, priority, any_preemptible,
+                              [h for _b, h in chunk if h.node_id not in prepared],
+                              prepared, fitted, exclude, out)
+                sets = []
+                for _bound, host in chunk:
+                    eligible = prepared.get(host.node_id)
+                    if not eligible or size > len(eligible):
+                        continue
+                    for combo in itertools.combinations(eligible, size):
+                        _, why = assign(host.tree, _freed_usage(host, _amounts(combo)),
+                                        spec.resources)
+                        if not why:
+                            sets.append((self.cost.cost(combo), host.node_id, combo, host))
+                    cycle.deadline.pace()
+                sets.sort(key=lambda s: (s[0], s[1]))
+                for key, node_id, combo, host in sets:
+                    if spread == 1 and fits and fits[0][0] <= key:
+                        break
+                    if any(f.host.node_id == node_id for _k, f in fits):
+                        continue
+                    cycle.deadline.pace()
+                    consumed, reason, shown, context = self._check(
+                        spec, cycle, request, group, host, list(combo), fitted)
+                    if consumed is None:
+                        continue
+                    fits.append((key, Found(host=host, what_if=shown, victims=tuple(combo),
+                                            consumed=consumed,
+                                            seen_generation=host.generation,
+                                            request=context)))
+                    fits.sort(key=lambda f: (f[0], f[1].host.node_id))
+                    if spread == 1 or len(fits) >= spread:
+                        break
+                if spread > 1 and len(fits) >= spread:
+                    break
+            if fits:
+                if spread == 1 or rng is None:
+                    out.found = fits[0][1]
+                else:
+                    out.found = rng.choice(fits[:spread])[1]
+                return out
+        out.reasons[_TOO_MANY.format(opts.max_victims)] += 1
+        return out
+
+    def _prepare(self, spec, cycle, request, group, priority, any_preemptible, hosts,
+                 prepared, fitted, exclude, out) -> None:
+        """Read the candidates of ``hosts`` (one query) and keep, per node, the
+        cheapest ``exact_search_limit`` of them, or None when the request does
+        not fit there even without all of them."""
+        if not hosts:
+            return
+        found = db_preemption.candidates(self.db, priority, [h.node_id for h in hosts],
+                                         any_preemptible)
+        limit = self.conf.preemption.exact_search_limit
+        for host in hosts:
             cycle.deadline.pace()
             eligible = [c for c in found.get(host.node_id, ()) if c.uuid not in exclude
                         and c.uuid in host.instances]
+            prepared[host.node_id] = None
             if not eligible:
                 out.reasons["its instances of lower priority changed meanwhile"] += 1
                 continue
@@ -164,46 +235,13 @@ class PreemptionSearch:
                 if c.uuid not in fitted:
                     fitted[c.uuid] = db_preemption.numa_cells_json(c.numa_cells)
             eligible.sort(key=self.cost.order)
-            eligible = eligible[:opts.exact_search_limit]
+            eligible = eligible[:limit]
             reason = self._check(spec, cycle, request, group, host, eligible, fitted)[1]
             if reason:
                 out.reasons[f"does not fit even without its instances of lower priority "
                             f"({reason})"] += 1
                 continue
-            hosts.append((host, eligible))
-        if not hosts:
-            return out
-        for size in range(1, opts.max_victims + 1):
-            sets = []
-            for host, eligible in hosts:
-                if size > len(eligible):
-                    continue
-                for combo in itertools.combinations(eligible, size):
-                    _, why = assign(host.tree, _freed_usage(host, _amounts(combo)),
-                                    spec.resources)
-                    if not why:
-                        sets.append((self.cost.cost(combo), host.node_id, combo, host))
-                cycle.deadline.pace()
-            sets.sort(key=lambda s: (s[0], s[1]))
-            fits: list[Found] = []
-            for _cost, node_id, combo, host in sets:
-                if any(f.host.node_id == node_id for f in fits):
-                    continue
-                cycle.deadline.pace()
-                consumed, reason, shown, context = self._check(
-                    spec, cycle, request, group, host, list(combo), fitted)
-                if consumed is not None:
-                    fits.append(Found(host=host, what_if=shown, victims=tuple(combo),
-                                      consumed=consumed, seen_generation=host.generation,
-                                      request=context))
-                    if len(fits) >= spread:
-                        break
-            if fits:
-                out.found = fits[0] if len(fits) == 1 or rng is None else rng.choice(fits)
-                return out
-        out.reasons[f"needs more than [preemption] max_victims ({opts.max_victims}) "
-                    f"instances preempted"] += len(hosts)
-        return out
+            prepared[host.node_id] = eligible
 
     @staticmethod
     def _context(request, group: str | None, host: HostState, victims: Sequence):
@@ -226,6 +264,28 @@ class PreemptionSearch:
             return None, reason, shown, context
         consumed, reason = self._fit(spec, shown)
         return consumed, reason, shown, context
+
+
+#: Nodes whose candidates one query reads.
+SEARCH_CHUNK = 32
+_TOO_MANY = "needs more than [preemption] max_victims ({}) instances preempted"
+
+
+def _fewest_victims(host: HostState, summary, asked: Mapping[str, int]) -> int:
+    """A lower bound of the victims ``host`` needs for ``asked``: per class, the
+    shortfall over the largest amount one candidate holds (at least 1)."""
+    least = 1
+    usable = host.tree._inventories
+    for rc, amount in asked.items():
+        slots = host.tree.by_class.get(rc, ())
+        free = sum(usable[i].capacity - host.usage[i] for i in slots)
+        short = amount - free
+        if short > 0:
+            largest = summary.largest.get(rc, 0)
+            if largest <= 0:
+                return 1 << 30
+            least = max(least, -(-int(short) // largest))
+    return least
 
 
 def _amounts(victims) -> dict[tuple[int, str], int]:

@@ -24,6 +24,12 @@ class BaseVictimCost:
         host): the smallest is preempted."""
         raise NotImplementedError
 
+    def bound(self, size: int, min_priority: int, newest) -> tuple | None:
+        """A key no set of ``size`` victims of a host can beat, given the lowest
+        priority and the newest creation time among its candidates (None: no
+        bound; then every host is searched)."""
+        return None
+
     @staticmethod
     def order(candidate) -> tuple:
         """Which candidates of a host are tried first when it has more than
@@ -38,6 +44,11 @@ class LeastDisruptionCost(BaseVictimCost):
     def cost(self, victims: Sequence) -> tuple:
         return (max(v.priority for v in victims), sum(v.priority for v in victims),
                 -min(v.created_at.timestamp() for v in victims))
+
+    def bound(self, size: int, min_priority: int, newest) -> tuple | None:
+        # each part is a lower bound of the same part of ``cost``
+        return (min_priority, size * min_priority,
+                -newest.timestamp() if newest is not None else float("-inf"))
 
 
 def load(name: str, conf) -> BaseVictimCost:
