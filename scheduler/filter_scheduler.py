@@ -144,8 +144,9 @@ _clock = time.perf_counter
 
 #: Near-best hosts one pick chooses among at most ([filter_scheduler] near_best_spread).
 NEAR_BEST_MAX = 16
-#: Searches one preempting placement makes at most (each after a lost claim).
-PREEMPTION_ATTEMPTS = 12
+#: Searches one preempting placement makes at most (each after its last
+#: candidate lost a race).
+PREEMPTION_SEARCHES = 6
 
 
 class _GroupChanged(Exception):
@@ -884,19 +885,38 @@ class FilterScheduler:
                                                  self._fit, self._victim_cost())
             # A node whose claim conflicted more than claim_retries times is
             # left to the others (as the claim path moves to its next candidate).
+            # After a lost race the search returns the cheapest sets on up to
+            # NEAR_BEST_MAX hosts: they are tried in random order before the
+            # next search (concurrent requests spread over them).
             lost: collections.Counter = collections.Counter()
             retries = self.conf.scheduler.claim_retries
-            for _attempt in range(PREEMPTION_ATTEMPTS):
+            queued: list = []
+            searches = 0
+            while True:
                 req.deadline.pace()
-                request = self._context(req, index)
-                skip = req.no_preemption_nodes | {n for n, c in lost.items() if c > retries}
-                outcome = search.find(req.spec, req.priority, req.cycle, request, req.group,
-                                      exclude=frozenset(req.dry_victims),
-                                      skip_nodes=frozenset(skip),
-                                      spread=NEAR_BEST_MAX if lost else 1, rng=self._rng)
-                found = outcome.found
-                if found is None:
-                    break
+                if queued:
+                    found = queued.pop()
+                    if lost[found.host.node_id] > retries:
+                        continue
+                else:
+                    if searches == PREEMPTION_SEARCHES:
+                        outcome = preemption.Outcome()
+                        outcome.reasons["claim conflicts with another scheduler on every "
+                                        "attempt"] += 1
+                        break
+                    searches += 1
+                    request = self._context(req, index)
+                    skip = req.no_preemption_nodes | {n for n, c in lost.items()
+                                                      if c > retries}
+                    outcome = search.find(req.spec, req.priority, req.cycle, request,
+                                          req.group, exclude=frozenset(req.dry_victims),
+                                          skip_nodes=frozenset(skip),
+                                          spread=NEAR_BEST_MAX if lost else 1, rng=self._rng)
+                    found = outcome.found
+                    if found is None:
+                        break
+                    queued = list(outcome.others)
+                    self._rng.shuffle(queued)
                 if req.dry_run:
                     req.dry_victims.update(v.uuid for v in found.victims)
                     consumed = dataclasses.replace(found.consumed, victims=found.victims)
@@ -926,9 +946,6 @@ class FilterScheduler:
                          found.host.host, ", ".join(v.uuid for v in found.victims),
                          req.priority)
                 return 0.0, found.host, consumed, []
-            else:
-                outcome.reasons["claim conflicts with another scheduler on every "
-                                "attempt"] += 1
             if req.no_preemption_nodes:
                 outcome.reasons["[preemption] max_per_host_per_minute reached"] += \
                     len(req.no_preemption_nodes)

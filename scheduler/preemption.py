@@ -48,6 +48,9 @@ class Outcome:
     """What a search found, or why it found nothing (for the NoValidHost reason)."""
 
     found: Found | None = None
+    #: With ``spread``: the cheapest sets on different hosts, cheapest first
+    #: (``found`` is one of them, picked at random).
+    others: list = dataclasses.field(default_factory=list)
     considered: int = 0              # hosts with instances the request may preempt
     reasons: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
@@ -209,6 +212,7 @@ class PreemptionSearch:
                     out.found = fits[0][1]
                 else:
                     out.found = rng.choice(fits[:spread])[1]
+                out.others = [f for _k, f in fits[:spread] if f is not out.found]
                 return out
         out.reasons[_TOO_MANY.format(opts.max_victims)] += 1
         return out
