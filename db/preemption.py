@@ -172,6 +172,25 @@ def candidates(db: Database, priority: int, node_ids: Iterable[int],
     return out
 
 
+def cheapest_singles(db: Database, priority: int, any_preemptible: bool,
+                     at_least: dict[str, int], skip_nodes=(), limit: int = 64
+                     ) -> list[tuple[str, int]]:
+    """(uuid, node id) of the eligible consumers that each hold at least
+    ``at_least`` ({class: amount}, in one allocation row), lowest priority then
+    newest first: the cheapest single victims under ``least_disruption``."""
+    where = [_eligible(priority, any_preemptible)]
+    for rc, amount in at_least.items():
+        where.append(sa.exists().where(_items.c.consumer_id == _cons.c.id,
+                                       _items.c.resource_class == rc,
+                                       _items.c.amount >= amount))
+    if skip_nodes:
+        where.append(_cons.c.compute_node_id.not_in(sorted(skip_nodes)))
+    q = (sa.select(_cons.c.uuid, _cons.c.compute_node_id).where(*where)
+         .order_by(_cons.c.priority, _cons.c.created_at.desc(), _cons.c.id).limit(limit))
+    with db.reader_connection() as conn:
+        return [(u, n) for u, n in conn.execute(q)]
+
+
 _LOCK_VICTIM = (sa.select(_cons.c.id, _cons.c.uuid, _cons.c.consumer_type,
                           _cons.c.compute_node_id, _cons.c.pending, _cons.c.priority,
                           _cons.c.preemptible, _cons.c.move_state, _cons.c.pci_devices)

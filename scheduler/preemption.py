@@ -139,9 +139,13 @@ class PreemptionSearch:
         opts = self.conf.preemption
         any_preemptible = opts.preempt_non_preemptible
         out = Outcome()
-        summaries = db_preemption.node_summaries(self.db, priority, any_preemptible)
         cols = cycle.cols
         asked = spec.resources.amounts() if spec.resources is not None else {}
+        if getattr(self.cost, "single_by_priority_then_newest", False):
+            if self._single(spec, priority, cycle, request, group, any_preemptible, asked,
+                            exclude, skip_nodes, spread, rng, out):
+                return out
+        summaries = db_preemption.node_summaries(self.db, priority, any_preemptible)
         nodes: list[tuple[int, HostState, db_preemption.NodeSummary]] = []
         for node_id, summary in summaries.items():
             row = cols.row_of_node.get(node_id)
@@ -217,6 +221,62 @@ class PreemptionSearch:
         out.reasons[_TOO_MANY.format(opts.max_victims)] += 1
         return out
 
+    def _single(self, spec, priority, cycle, request, group, any_preemptible, asked,
+                exclude, skip_nodes, spread, rng, out) -> bool:
+        """The fast path of the cost plugins that order single victims by
+        priority then newest: the database lists the cheapest instances that
+        could make room alone (each holds at least what the request asks minus
+        the most any host has free, per class), and the first (or, with
+        ``spread``, up to that many on different hosts) that makes the request
+        fit is the answer: one victim is the fewest, and no cheaper one fits.
+        False when none of them does (the full search then runs)."""
+        cols = cycle.cols
+        at_least: dict[str, int] = {}
+        for rc, amount in asked.items():
+            most_free = 0.0
+            for host in cols.hosts:
+                usable = host.tree._inventories
+                free = sum(usable[i].capacity - host.usage[i]
+                           for i in host.tree.by_class.get(rc, ()))
+                most_free = max(most_free, free)
+            if amount - most_free > 0:
+                at_least[rc] = int(amount - most_free)
+        rows = db_preemption.cheapest_singles(self.db, priority, any_preemptible, at_least,
+                                              skip_nodes, limit=SINGLES)
+        rows = [(u, n) for u, n in rows if u not in exclude and n in cols.row_of_node]
+        if not rows:
+            return False
+        found = db_preemption.candidates(self.db, priority, {n for _u, n in rows},
+                                         any_preemptible)
+        by_uuid = {c.uuid: c for cands in found.values() for c in cands}
+        fitted: dict[str, object] = {}
+        fits: list[Found] = []
+        for uuid, node_id in rows:
+            victim = by_uuid.get(uuid)
+            host = cols.hosts[cols.row_of_node[node_id]]
+            if victim is None or uuid not in host.instances or \
+                    any(f.host.node_id == node_id for f in fits):
+                continue
+            cycle.deadline.pace()
+            fitted[uuid] = db_preemption.numa_cells_json(victim.numa_cells)
+            _, why = assign(host.tree, _freed_usage(host, _amounts([victim])), spec.resources)
+            if why:
+                continue
+            consumed, _reason, shown, context = self._check(
+                spec, cycle, request, group, host, [victim], fitted)
+            if consumed is None:
+                continue
+            fits.append(Found(host=host, what_if=shown, victims=(victim,), consumed=consumed,
+                              seen_generation=host.generation, request=context))
+            if len(fits) >= spread:
+                break
+        if not fits:
+            return False
+        out.found = fits[0] if spread == 1 or rng is None else rng.choice(fits)
+        out.others = [f for f in fits if f is not out.found]
+        out.considered = len({n for _u, n in rows})
+        return True
+
     def _prepare(self, spec, cycle, request, group, priority, any_preemptible, hosts,
                  prepared, fitted, exclude, out) -> None:
         """Read the candidates of ``hosts`` (one query) and keep, per node, the
@@ -272,6 +332,8 @@ class PreemptionSearch:
 
 #: Nodes whose candidates one query reads.
 SEARCH_CHUNK = 32
+#: Cheapest single victims the fast path reads.
+SINGLES = 64
 _TOO_MANY = "needs more than [preemption] max_victims ({}) instances preempted"
 
 

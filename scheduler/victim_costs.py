@@ -24,6 +24,10 @@ class BaseVictimCost:
         host): the smallest is preempted."""
         raise NotImplementedError
 
+    #: Whether one victim's cost orders as (priority, newest first): then the
+    #: database can list the cheapest single victims directly.
+    single_by_priority_then_newest = False
+
     def bound(self, size: int, min_priority: int, newest) -> tuple | None:
         """A key no set of ``size`` victims of a host can beat, given the lowest
         priority and the newest creation time among its candidates (None: no
@@ -40,6 +44,8 @@ class BaseVictimCost:
 class LeastDisruptionCost(BaseVictimCost):
     """The lowest priorities (the highest victim's first, then their sum), then
     the most recently created (the work lost is the least)."""
+
+    single_by_priority_then_newest = True
 
     def cost(self, victims: Sequence) -> tuple:
         return (max(v.priority for v in victims), sum(v.priority for v in victims),
