@@ -246,12 +246,15 @@ class PreemptionSearch:
         rows = [(u, n) for u, n in rows if u not in exclude and n in cols.row_of_node]
         if not rows:
             return False
-        found = db_preemption.candidates(self.db, priority, {n for _u, n in rows},
-                                         any_preemptible)
-        by_uuid = {c.uuid: c for cands in found.values() for c in cands}
+        by_uuid: dict[str, db_preemption.Candidate] = {}
         fitted: dict[str, object] = {}
         fits: list[Found] = []
-        for uuid, node_id in rows:
+        for index, (uuid, node_id) in enumerate(rows):
+            if index % SINGLES_READ == 0:     # read them a few at a time
+                found = db_preemption.candidates(
+                    self.db, priority, (), any_preemptible,
+                    uuids=[u for u, _n in rows[index:index + SINGLES_READ]])
+                by_uuid.update((c.uuid, c) for cands in found.values() for c in cands)
             victim = by_uuid.get(uuid)
             host = cols.hosts[cols.row_of_node[node_id]]
             if victim is None or uuid not in host.instances or \
@@ -332,8 +335,9 @@ class PreemptionSearch:
 
 #: Nodes whose candidates one query reads.
 SEARCH_CHUNK = 32
-#: Cheapest single victims the fast path reads.
+#: Cheapest single victims the fast path lists, and reads at a time.
 SINGLES = 64
+SINGLES_READ = 8
 _TOO_MANY = "needs more than [preemption] max_victims ({}) instances preempted"
 
 
