@@ -46,11 +46,19 @@ def check(conn: Connection, hosts: Iterable[str] | None = None) -> list[str]:
             sa.select(_alloc.c.provider_id, _alloc.c.resource_class,
                       sa.func.sum(_alloc.c.amount))
             .join(_rp, _rp.c.id == _alloc.c.provider_id)
-            .join(_cons, _cons.c.id == _alloc.c.consumer_id)
-            .where(_cons.c.consumer_type != models.PREEMPTED)
             .group_by(_alloc.c.provider_id, _alloc.c.resource_class),
             _rp.c.compute_node_id, hosts)):
         sums[(pid, rc)] = int(amount)
+    # preempted consumers keep their rows, uncounted (few: read apart)
+    for pid, rc, amount in conn.execute(_node_filter(
+            sa.select(_alloc.c.provider_id, _alloc.c.resource_class,
+                      sa.func.sum(_alloc.c.amount))
+            .join(_rp, _rp.c.id == _alloc.c.provider_id)
+            .join(_cons, _cons.c.id == _alloc.c.consumer_id)
+            .where(_cons.c.consumer_type == models.PREEMPTED)
+            .group_by(_alloc.c.provider_id, _alloc.c.resource_class),
+            _rp.c.compute_node_id, hosts)):
+        sums[(pid, rc)] -= int(amount)
     seen = set()
     q = (sa.select(_cn.c.host, _rp.c.name, _rp.c.parent_id, _inv)
          .join(_rp, _rp.c.id == _inv.c.provider_id)

@@ -215,7 +215,10 @@ def cheapest_singles(db: Database, priority: int, any_preemptible: bool,
 _LOCK_VICTIM = (sa.select(_cons.c.id, _cons.c.uuid, _cons.c.consumer_type,
                           _cons.c.compute_node_id, _cons.c.pending, _cons.c.priority,
                           _cons.c.preemptible, _cons.c.move_state, _cons.c.pci_devices)
-                .where(_cons.c.uuid == sa.bindparam("b_uuid")).with_for_update())
+                .where(_cons.c.uuid == sa.bindparam("b_uuid"))
+                # a victim another claim is preempting right now is not waited
+                # for (its claim holds the lock while it runs): it is gone
+                .with_for_update(skip_locked=True))
 _RECENT = (sa.select(sa.func.count()).select_from(_cons)
            .where(_cons.c.consumer_type == PREEMPTED,
                   _cons.c.compute_node_id == sa.bindparam("b_node"),
@@ -246,7 +249,8 @@ def preempt_locked(conn, node_id: int, victims: Victims, by: str,
                 or row["priority"] >= victims.priority
                 or row["move_state"] == "moving"
                 or not (row["preemptible"] or victims.any_preemptible)):
-            raise VictimGone(f"instance {uuid} is no longer preemptible on node {node_id}")
+            raise VictimGone(f"instance {uuid} is no longer preemptible on node {node_id} "
+                             f"(or another request is preempting it)")
         if row["pci_devices"]:
             db_pci.release_devices(conn, uuid)
         freed.extend(conn.execute(_ITEMS_OF, {"b_id": row["id"]}))
