@@ -211,6 +211,8 @@ def sequential(url: str, count: int, check: bool) -> dict:
             mismatches.append({"expected": minimum, "got": len(sel.preempted)})
     db.dispose()
     return {"placed": len(times), "latency_ms": _percentiles(times),
+            "preempting_latency_ms": _percentiles([t for t, k in zip(times, victims,
+                                                                      strict=True) if k]),
             "victims_per_placement": dict(collections.Counter(victims)),
             "brute_force_mismatches": mismatches}
 
