@@ -24,7 +24,7 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from db import inventory, models, transitions
+from db import inventory, models, preemption, transitions
 from db.api import Database, retry_on_deadlock
 
 _cn = models.ComputeNode.__table__
@@ -49,6 +49,15 @@ class DuplicateAllocation(Exception):
 class SourceMoved(Exception):
     """A move's claim found its instance no longer where the move started from
     (released, or moved by another request meanwhile): the move is not made."""
+
+
+class PreemptionConflict(ClaimConflict):
+    """A victim of the claim is no longer preemptible by it (``budget``: the
+    node's preemptions per minute are used up)."""
+
+    def __init__(self, message: str, budget: bool = False) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 class GroupPolicyConflict(ClaimConflict):
@@ -81,6 +90,9 @@ class ClaimRecord:
     consumer_type: str = "instance"
     owner_uuid: str | None = None         # the instance of a migration consumer
     move_from: MoveFrom | None = None     # a move: the instance's source, handed over
+    priority: int = 0                     # berth:priority (or the project's default)
+    preemptible: bool = False             # berth:preemptible
+    victims: preemption.Victims | None = None   # preempted in the same transaction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +128,7 @@ class Released:
     generation: int = 0                   # the node's generation after the release
     numa_topology: str | None = None      # the node's topology JSON after, if it changed
     pci_pools: tuple | None = None        # the node's pools after, if devices were freed
+    preempted: bool = False               # a preempted consumer: nothing given back
 
 
 def _node_update(with_numa: bool, sign: int):
@@ -159,6 +172,15 @@ def _take_statement(n: int):
                             for k in range(n)]))
             .values(used=_inv.c.used + sa.case(*[(_slot(k), _amount(k))
                                                   for k in range(n)])))
+
+
+def _summed(items) -> tuple[Item, ...]:
+    """Items with one entry per (provider, class): ``_give_back``'s CASE takes
+    the first match only."""
+    total: dict[tuple[int, str], int] = {}
+    for p, rc, n in items:
+        total[(p, rc)] = total.get((p, rc), 0) + n
+    return tuple((p, rc, n) for (p, rc), n in total.items())
 
 
 @functools.lru_cache(maxsize=32)
@@ -218,6 +240,17 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
         with db.hot_writer() as conn:
             if rec.move_from is not None:
                 _hand_over(conn, rec, now)
+            if rec.victims is not None:
+                # before the group check: a preempted member leaves the group
+                try:
+                    freed = preemption.preempt_locked(conn, rec.node_id, rec.victims,
+                                                      rec.instance_uuid, now)
+                except preemption.VictimGone as e:
+                    raise PreemptionConflict(str(e)) from None
+                except preemption.BudgetExhausted as e:
+                    raise PreemptionConflict(str(e), budget=True) from None
+                if freed:
+                    _give_back(conn, _summed(freed))
             if rec.instance_group and rec.group_policy in HARD_POLICIES:
                 _check_group(conn, rec)
             addresses: tuple[str, ...] = ()
@@ -228,6 +261,9 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                                                            rec.pci_picks))
                 except pci_errors.PciClaimConflict as e:
                     raise ClaimConflict(str(e)) from None
+                pools = db_pci.pools_for_nodes(conn, [rec.node_id]).get(rec.node_id, ())
+            elif rec.victims is not None:
+                # the victims' devices (and their PF/VF relatives) are free now
                 pools = db_pci.pools_for_nodes(conn, [rec.node_id]).get(rec.node_id, ())
             spec_id = rec.request_spec_id
             if spec_id is not None and conn.execute(
@@ -248,6 +284,9 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 res = conn.execute(_CLAIM, params)
             if res.rowcount != 1:
                 raise ClaimConflict(f"node {rec.node_id} changed")
+            if rec.victims is not None:
+                conn.execute(sa.update(_cn).where(_cn.c.id == rec.node_id).values(
+                    running_vms=_cn.c.running_vms - len(rec.victims.uuids)))
             # After the node's UPDATE: the foreign key checks of these INSERTs
             # take shared locks on the node row, and two claims holding it, each
             # waiting to upgrade it for its UPDATE, deadlock.
@@ -261,7 +300,9 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 "instance_group": rec.instance_group, "request_spec_id": spec_id,
                 "pending": rec.pending, "created_at": now,
                 "move_id": rec.move_from.holder if rec.move_from else None,
-                "move_state": "moving" if rec.move_from else None}).inserted_primary_key[0]
+                "move_state": "moving" if rec.move_from else None,
+                "priority": rec.priority, "preemptible": rec.preemptible,
+                }).inserted_primary_key[0]
             if rec.items:
                 conn.execute(_INSERT_ITEMS, [
                     {"consumer_id": consumer_id, "provider_id": p, "resource_class": rc,
@@ -318,10 +359,12 @@ _GROUP_UPSERT = {d: _group_upsert(d) for d in ("mysql", "mariadb", "sqlite")}
 _GROUP_ON_HOST = (sa.select(sa.func.count()).select_from(
     _alloc.join(_cn, _cn.c.id == _alloc.c.compute_node_id))
     .where(_alloc.c.instance_group == sa.bindparam("b_group"),
+           _alloc.c.consumer_type != preemption.PREEMPTED,
            _cn.c.host == sa.bindparam("b_host")))
 _GROUP_ELSEWHERE = (sa.select(_cn.c.host).select_from(
     _alloc.join(_cn, _cn.c.id == _alloc.c.compute_node_id))
     .where(_alloc.c.instance_group == sa.bindparam("b_group"),
+           _alloc.c.consumer_type != preemption.PREEMPTED,
            _cn.c.host != sa.bindparam("b_host")).limit(1))
 
 
@@ -357,7 +400,8 @@ def group_member_nodes(db: Database, group: str) -> list[int]:
     with db.causal_reader() as conn:
         return [row[0] for row in conn.execute(
             sa.select(_alloc.c.compute_node_id).distinct()
-            .where(_alloc.c.instance_group == group))]
+            .where(_alloc.c.instance_group == group,
+                   _alloc.c.consumer_type != preemption.PREEMPTED))]
 
 
 _RELEASE = _node_update(with_numa=False, sign=-1)
@@ -403,7 +447,32 @@ def release(db: Database, instance_uuid: str, *,
         if pending_before is not None and not (
                 alloc["pending"] and alloc["created_at"] < pending_before):
             return None
+        if alloc["consumer_type"] == preemption.PREEMPTED:
+            return _release_preempted(conn, alloc, kind)
         return _release_locked(conn, alloc, kind)
+
+
+def _release_preempted(conn, alloc, kind: str | None = None) -> Released:
+    """Forget a preempted consumer: its room was handed over when it was
+    preempted, so nothing is given back and the node does not change;
+    remembered as a transition of ``kind`` like any release."""
+    conn.execute(_DELETE_ITEMS, {"b_id": alloc["id"]})
+    conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
+    spec_text = alloc["request_spec"]
+    if alloc["request_spec_id"] is not None:
+        spec_text = alloc["shared_spec"]
+        conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
+    host = conn.execute(sa.select(_cn.c.host).where(
+        _cn.c.id == alloc["compute_node_id"])).scalar() or ""
+    if kind is not None:
+        transitions.record(conn, consumer_uuid=alloc["uuid"],
+                           instance_uuid=alloc["instance_uuid"], kind=kind,
+                           node_id=alloc["compute_node_id"], host=host,
+                           project_id=alloc["project_id"],
+                           request_spec=spec_text if kind == "rescheduled" else None)
+    return Released(instance_uuid=alloc["uuid"], node_id=alloc["compute_node_id"], host=host,
+                    amounts=(), numa_cells=None, pci_addresses=(), request_spec=spec_text,
+                    instance_group=alloc["instance_group"], preempted=True)
 
 
 def _release_locked(conn, alloc, kind: str | None = None) -> Released:
@@ -587,17 +656,24 @@ def get_allocation(db: Database, instance_uuid: str) -> dict | None:
 
 def list_allocations(db: Database, *, pending: bool = False,
                      older_than: float | None = None, host: str | None = None,
-                     now: datetime.datetime | None = None) -> list[dict]:
+                     now: datetime.datetime | None = None,
+                     preempted: bool = False) -> list[dict]:
     """Consumers with their host and what they hold, oldest first, for
-    operators: only the pending ones (``pending``), only those made more than
+    operators: only the preempted ones the caller has not released yet
+    (``preempted``: what they held is no longer counted), only the pending ones
+    (``pending``), only those made more than
     ``older_than`` seconds ago, only on ``host`` (host or node name)."""
     q = (sa.select(_alloc.c.id, _alloc.c.uuid, _alloc.c.consumer_type,
                    _alloc.c.instance_uuid.label("owner_uuid"), _cn.c.host,
                    _cn.c.hypervisor_hostname.label("node"),
                    _alloc.c.pci_devices, _alloc.c.project_id, _alloc.c.user_id,
-                   _alloc.c.instance_group, _alloc.c.pending, _alloc.c.created_at)
+                   _alloc.c.instance_group, _alloc.c.pending, _alloc.c.created_at,
+                   _alloc.c.priority, _alloc.c.preemptible, _alloc.c.preempted_by,
+                   _alloc.c.preempted_at)
          .join(_cn, _cn.c.id == _alloc.c.compute_node_id)
          .order_by(_alloc.c.created_at, _alloc.c.id))
+    if preempted:
+        q = q.where(_alloc.c.consumer_type == preemption.PREEMPTED)
     if pending:
         q = q.where(_alloc.c.pending == sa.true())
     if older_than is not None:
@@ -611,5 +687,6 @@ def list_allocations(db: Database, *, pending: bool = False,
     for row in out:
         row.pop("id")
         row["pending"] = bool(row["pending"])
+        row["preemptible"] = bool(row["preemptible"])
         row["pci_devices"] = json.loads(row["pci_devices"]) if row["pci_devices"] else []
     return out

@@ -109,7 +109,9 @@ def load_aggregates(conn: Connection) -> list[dict]:
     return list(aggs.values())
 
 
-_INSTANCES = sa.select(_alloc.c.compute_node_id, _alloc.c.uuid, _alloc.c.instance_group)
+# Preempted consumers are not on their node any more, as far as filters go.
+_INSTANCES = sa.select(_alloc.c.compute_node_id, _alloc.c.uuid, _alloc.c.instance_group).where(
+    _alloc.c.consumer_type != models.PREEMPTED)
 _specs = models.RequestSpecRow.__table__
 # The request each allocation answered: stored once per request (request_specs),
 # or on the allocation itself (rows written before migration 0003).

@@ -242,8 +242,11 @@ class ProviderInventory(Base):
 
 
 #: Consumer types: an instance holds its placement; a migration (or an
-#: evacuation) holds a moving instance's source until the move ends.
-CONSUMER_TYPES = ("instance", "migration", "evacuation")
+#: evacuation) holds a moving instance's source until the move ends; a
+#: preempted instance gave its room to a request of higher priority and waits
+#: for the caller to delete it (its allocation rows stay, uncounted).
+CONSUMER_TYPES = ("instance", "migration", "evacuation", "preempted")
+PREEMPTED = "preempted"
 
 
 class Consumer(Base):
@@ -257,6 +260,10 @@ class Consumer(Base):
         Index("consumers_instance_group_idx", "instance_group"),
         Index("consumers_instance_uuid_idx", "instance_uuid"),
         Index("consumers_pending_idx", "pending", "created_at"),
+        # Serves the victims' search (preemptible, priority below the request's).
+        Index("consumers_preemptible_idx", "preemptible", "priority", "compute_node_id"),
+        # Serves the preempted listing and the per-node preemption budget.
+        Index("consumers_preempted_idx", "consumer_type", "compute_node_id", "preempted_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -290,6 +297,16 @@ class Consumer(Base):
     # reverted; a retried move, confirm or revert of that id is answered from it.
     move_id: Mapped[str | None] = mapped_column(String(36))
     move_state: Mapped[str | None] = mapped_column(String(16))
+    # What the request that made it asked (``berth:priority``,
+    # ``berth:preemptible``): a request of higher priority may take its room.
+    priority: Mapped[int] = mapped_column(Integer, nullable=False, default=0,
+                                          server_default="0")
+    preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
+                                              server_default=false())
+    # A preempted consumer (``consumer_type`` "preempted"): the instance that
+    # took its room, and when.
+    preempted_by: Mapped[str | None] = mapped_column(String(36))
+    preempted_at: Mapped[datetime.datetime | None] = mapped_column(Timestamp)
 
 
 class Allocation(Base):

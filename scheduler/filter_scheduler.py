@@ -34,6 +34,7 @@ from db.inventory import DISK_GB, MEMORY_MB, PCPU, VCPU
 from db.models import utcnow
 from scheduler import cycle as cycles
 from scheduler import exception, metrics
+from scheduler import priority as priorities
 from scheduler.deadline import Deadline
 from scheduler.explanation import Explanation
 from scheduler.filters import FILTER_NAMESPACE
@@ -143,6 +144,9 @@ _clock = time.perf_counter
 
 #: Near-best hosts one pick chooses among at most ([filter_scheduler] near_best_spread).
 NEAR_BEST_MAX = 16
+#: Searches one preempting placement makes at most (each after its last
+#: candidate lost a race).
+PREEMPTION_SEARCHES = 6
 
 
 class _GroupChanged(Exception):
@@ -174,6 +178,13 @@ class _Request:
     move_from: claims.MoveFrom | None = None
     #: Enforce the group's hard policy in the claim (a forced move does not).
     enforce_group: bool = True
+    #: The caller takes victims (``allow_preemption``), and the request's priority.
+    allow_preemption: bool = False
+    priority: int = 0
+    #: Instances this dry run showed preempted already (not chosen twice).
+    dry_victims: set = dataclasses.field(default_factory=set)
+    #: Nodes whose preemptions per minute are used up (not tried again).
+    no_preemption_nodes: set = dataclasses.field(default_factory=set)
 
 
 #: ``pending_before`` that any pending claim is older than.
@@ -305,6 +316,8 @@ class FilterScheduler:
             host_manager.load_pci_pools = any(f.name == "PciPassthroughFilter"
                                               for f in self.filters)
         self._rng = random.Random(seed)
+        #: The victim cost plugin ([preemption] victim_cost), loaded on first use.
+        self._cost = None
         #: (this worker's index, workers of the daemon) when there are several:
         #: among the near-best hosts each worker prefers its own share.
         self.partition: tuple[int, int] | None = None
@@ -342,20 +355,24 @@ class FilterScheduler:
     # -- the request ---------------------------------------------------------
     def select_destinations(self, spec: RequestSpec, instance_uuids: Sequence[str] | None = None,
                             return_alternates: bool = False, dry_run: bool = False,
-                            pending: bool = False) -> list[list[Selection]]:
+                            pending: bool = False, allow_preemption: bool = False
+                            ) -> list[list[Selection]]:
         """Choose (and, unless ``dry_run``, claim) one host per instance.
 
         Returns one list per instance: the chosen host first, then up to
         ``max_attempts - 1`` alternates when ``return_alternates``. With
         ``pending`` the claims stay pending until ``confirm``; a pending claim
-        older than ``[scheduler] claim_ttl`` is released by the reaper.
+        older than ``[scheduler] claim_ttl`` is released by the reaper. With
+        ``allow_preemption`` an instance that fits nowhere may preempt
+        instances of lower priority (``scheduler.preemption``): its selection
+        names them, and the caller deletes them.
         """
         return self._select(spec, instance_uuids, return_alternates, dry_run, pending,
-                            resume=True)
+                            resume=True, allow_preemption=allow_preemption)
 
     def _select(self, spec: RequestSpec, instance_uuids: Sequence[str] | None,
-                return_alternates: bool, dry_run: bool, pending: bool, *, resume: bool
-                ) -> list[list[Selection]]:
+                return_alternates: bool, dry_run: bool, pending: bool, *, resume: bool,
+                allow_preemption: bool = False) -> list[list[Selection]]:
         """``resume``: a retry of a request whose first try stopped part-way may
         place the instances that try did not (once: not when resuming)."""
         timings = metrics.SelectTimings()
@@ -371,6 +388,7 @@ class FilterScheduler:
         self._check_work(spec)
         req = self._request(spec, deadline, timings, self.weighers, dry_run=dry_run,
                             pending=pending or len(uuids) > 1)
+        req.allow_preemption = allow_preemption
         group = req.group
         timings.hosts = req.cycle.cols.n
         outcome = "error"
@@ -388,6 +406,12 @@ class FilterScheduler:
                         req.local_group[chosen.host] += 1
                     if spec.num_instances > 1:
                         self._show_dry_claim(req, chosen, consumed, instance_uuid)
+                    if consumed.victims:
+                        # a preempted member of the request's group leaves its host
+                        gone = sum(1 for v in consumed.victims if group is not None
+                                   and v.instance_group == group)
+                        if gone:
+                            req.local_group[chosen.host] -= gone
                 else:
                     claimed.append(instance_uuid)
                     self.host_manager.note_placed(chosen, instance_uuid, group,
@@ -555,7 +579,8 @@ class FilterScheduler:
                         timings=timings,
                         cycle=cycles.Cycle(self.steps if steps is None else steps, weighers,
                                            self.host_manager.columns, keep, deadline),
-                        deadline=deadline, pending=pending)
+                        deadline=deadline, pending=pending,
+                        priority=priorities.effective(spec, self.conf))
 
     def place_move(self, spec: RequestSpec, instance_uuid: str, move_from: claims.MoveFrom,
                    *, kept_spec: RequestSpec | None = None, force: bool = False,
@@ -639,6 +664,10 @@ class FilterScheduler:
             if released is None:
                 return False
             hm.note_released(instance_uuid)
+            if getattr(released, "preempted", False):
+                # its room was handed over when it was preempted: nothing changes
+                LOG.info("Released %s (preempted earlier)", instance_uuid)
+                return True
             # an earlier release (this worker's cache may not have it: the
             # first try's answer was lost) is read again from the database
             applied = not isinstance(released, transitions.Transition) and hm.apply_release(
@@ -762,12 +791,17 @@ class FilterScheduler:
                     self.release(uuid, pending_before=_FAR_FUTURE,
                                  why="its request lost other claims when retried")
                 raise _ClaimsLost(lost).error()
-        return [placed[uuid] if uuid in placed else [self._held_selection(uuid, held[uuid])]
+        from db import preemption as db_preemption
+
+        victims = db_preemption.preempted_of(self.db, [u for u in uuids if u not in placed])
+        return [placed[uuid] if uuid in placed
+                else [self._held_selection(uuid, held[uuid], victims.get(uuid, ()))]
                 for uuid in uuids]
 
     @staticmethod
-    def _held_selection(uuid: str, alloc: Mapping) -> Selection:
+    def _held_selection(uuid: str, alloc: Mapping, preempted=()) -> Selection:
         return Selection(
+            preempted=tuple(preempted),
             instance_uuid=uuid, host=alloc["host"], node=alloc["hypervisor_hostname"],
             node_uuid=alloc["node_uuid"], weight=0.0,
             allocation=classic_allocation(alloc["allocations"]),
@@ -813,7 +847,17 @@ class FilterScheduler:
 
     def _place_instance(self, req: _Request, index: int, instance_uuid: str):
         """Filter, weigh and consume for one instance: (weight, host, Consumed,
-        the other candidates in pick order)."""
+        the other candidates in pick order); when it fits nowhere and the
+        request may preempt, the host and victims the preemption search finds."""
+        try:
+            return self._place_instance_as_is(req, index, instance_uuid)
+        except exception.NoValidHost as e:
+            if not req.allow_preemption:
+                raise
+            return self._place_preempting(req, index, instance_uuid, e)
+
+    def _place_instance_as_is(self, req: _Request, index: int, instance_uuid: str):
+        """Filter, weigh and consume for one instance, preempting nothing."""
         for attempt in range(self.conf.scheduler.claim_retries + 1):
             if attempt:
                 req.deadline.check(index)
@@ -848,6 +892,124 @@ class FilterScheduler:
         summary["filters"].append({"filter": "claim", "removed": 1, "reasons": {
             "server group changed under this scheduler on every attempt": 1}})
         raise exception.NoValidHost(reason=Explanation.text(summary), summary=summary)
+
+    # -- preemption ------------------------------------------------------------
+    def _victim_cost(self):
+        if self._cost is None:
+            from scheduler import victim_costs
+
+            self._cost = victim_costs.load(self.conf.preemption.victim_cost, self.conf)
+        return self._cost
+
+    def _place_preempting(self, req: _Request, index: int, instance_uuid: str,
+                          nvh: exception.NoValidHost):
+        """The instance fits nowhere as things are: find the host and the
+        cheapest victims (``scheduler.preemption``) and claim it preempting
+        them in one transaction; a lost race searches again. NoValidHost (its
+        reason saying why preemption found nothing) when nothing is found."""
+        from scheduler import preemption
+
+        opts = self.conf.preemption
+        summary = dict(nvh.summary)
+        summary["filters"] = list(summary.get("filters", ()))
+        if not opts.enabled:
+            outcome = preemption.Outcome()
+            outcome.reasons["preemption is off ([preemption] enabled)"] += 1
+        elif req.spec.num_instances > 1:
+            outcome = preemption.Outcome()
+            outcome.reasons["a request of several instances does not preempt"] += 1
+        else:
+            search = preemption.PreemptionSearch(self.db, self.host_manager, self.conf,
+                                                 self._fit, self._victim_cost())
+            # A node whose claim conflicted more than claim_retries times is
+            # left to the others (as the claim path moves to its next candidate).
+            # After a lost race the search returns the cheapest sets on up to
+            # NEAR_BEST_MAX hosts: they are tried in random order before the
+            # next search (concurrent requests spread over them).
+            lost: collections.Counter = collections.Counter()
+            retries = self.conf.scheduler.claim_retries
+            queued: list = []
+            searches = 0
+            while True:
+                req.deadline.pace()
+                if queued:
+                    found = queued.pop()
+                    if lost[found.host.node_id] > retries:
+                        continue
+                else:
+                    if searches == PREEMPTION_SEARCHES:
+                        outcome = preemption.Outcome()
+                        outcome.reasons["claim conflicts with another scheduler on every "
+                                        "attempt"] += 1
+                        break
+                    searches += 1
+                    request = self._context(req, index)
+                    skip = req.no_preemption_nodes | {n for n, c in lost.items()
+                                                      if c > retries}
+                    outcome = search.find(req.spec, req.priority, req.cycle, request,
+                                          req.group, exclude=frozenset(req.dry_victims),
+                                          skip_nodes=frozenset(skip),
+                                          spread=NEAR_BEST_MAX if lost else 1, rng=self._rng)
+                    found = outcome.found
+                    if found is None:
+                        break
+                    queued = list(outcome.others)
+                    self._rng.shuffle(queued)
+                if req.dry_run:
+                    req.dry_victims.update(v.uuid for v in found.victims)
+                    consumed = dataclasses.replace(found.consumed, victims=found.victims)
+                    return 0.0, found.host, consumed, []
+                try:
+                    consumed = self._claim_preempting(req, found, instance_uuid)
+                except claims.DuplicateAllocation:
+                    raise _AlreadyPlaced(instance_uuid) from None
+                except claims.PreemptionConflict as e:
+                    metrics.count_claim_conflict("preemption")
+                    LOG.info("Preempting claim on %s refused (%s); searching again",
+                             found.host.host, e)
+                    if e.budget:
+                        req.no_preemption_nodes.add(found.host.node_id)
+                    lost[found.host.node_id] += 1
+                    self.host_manager.refresh_nodes([found.host.node_id])
+                    continue
+                except claims.ClaimConflict as e:
+                    metrics.count_claim_conflict("generation")
+                    LOG.debug("Preempting claim on %s lost a race (%s)", found.host.host, e)
+                    lost[found.host.node_id] += 1
+                    self.host_manager.refresh_nodes([found.host.node_id])
+                    continue
+                metrics.count_preemption(len(found.victims), req.priority,
+                                         found.host.availability_zone)
+                LOG.info("Placed %s on %s preempting %s (priority %d)", instance_uuid,
+                         found.host.host, ", ".join(v.uuid for v in found.victims),
+                         req.priority)
+                return 0.0, found.host, consumed, []
+            if req.no_preemption_nodes:
+                outcome.reasons["[preemption] max_per_host_per_minute reached"] += \
+                    len(req.no_preemption_nodes)
+        summary["filters"].append(outcome.summary_entry())
+        raise exception.NoValidHost(reason=Explanation.text(summary), summary=summary) \
+            from None
+
+    def _claim_preempting(self, req: _Request, found, instance_uuid: str) -> Consumed:
+        """Persist a preempting claim under the host's lock (the host must still
+        be the state the victims were chosen on) and take it into the cache."""
+        from db import preemption as db_preemption
+
+        host = found.host
+        opts = self.conf.preemption
+        victims = db_preemption.Victims(
+            uuids=tuple(v.uuid for v in found.victims), priority=req.priority,
+            any_preemptible=opts.preempt_non_preemptible,
+            max_per_minute=opts.max_per_host_per_minute)
+        persist = self._persister(req, instance_uuid)
+        with host.lock():
+            if host.generation != found.seen_generation:
+                raise claims.ClaimConflict(f"node {host.node_id} changed since the search")
+            consumed = persist(found.what_if, found.consumed, victims)
+            consumed = dataclasses.replace(consumed, victims=found.victims)
+            self.host_manager.apply_preemption(host, found.what_if, req.spec, consumed)
+        return consumed
 
     def _no_valid_host(self, req: _Request, request: RequestContext,
                        refused: Mapping[str, int] | None = None) -> exception.NoValidHost:
@@ -1043,7 +1205,9 @@ class FilterScheduler:
             req.stored_spec = _stored_spec(spec)
         stored_spec = req.stored_spec
 
-        def persist(host: HostState, consumed: Consumed) -> Consumed:
+        def persist(host: HostState, consumed: Consumed, victims=None) -> Consumed:
+            """``victims``: ``db.preemption.Victims`` preempted by this claim, and
+            ``host`` the state with them gone."""
             numa_after = numa_cells = None
             if consumed.numa_fitted is not None:
                 from numa import usage
@@ -1052,6 +1216,8 @@ class FilterScheduler:
                     usage.apply_usage(host.numa_topology, consumed.numa_fitted).to_primitive(),
                     sort_keys=True)
                 numa_cells = json.dumps(consumed.numa_fitted.to_primitive(), sort_keys=True)
+            elif victims is not None and host.numa_topology is not None:
+                numa_after = json.dumps(host.numa_topology.to_primitive(), sort_keys=True)
             picks = tuple((spec.pci_requests[i].request_id, key, count)
                           for i, key, count in consumed.pci_picks)
             result = claims.claim(self.db, claims.ClaimRecord(
@@ -1062,7 +1228,8 @@ class FilterScheduler:
                 user_id=spec.user_id, instance_group=group, request_spec=stored_spec,
                 request_spec_id=req.spec_row_id, pending=req.pending,
                 group_policy=policy, group_max_per_host=max_per_host, host=host.host,
-                move_from=req.move_from))
+                move_from=req.move_from, priority=req.priority,
+                preemptible=spec.priority.preemptible, victims=victims))
             # The spec is stored by the request's first claim and shared by the
             # others: a 2 MB spec with 20 instances is stored once, not 20 times.
             req.spec_row_id = result.request_spec_id
@@ -1080,7 +1247,11 @@ class FilterScheduler:
                          node_uuid=chosen.uuid, weight=weight,
                          allocation=classic_allocation(held), resources=summed(held),
                          allocations=held, numa_cells=numa_cells,
-                         pci_devices=consumed.pci_addresses)]
+                         pci_devices=consumed.pci_addresses,
+                         preempted=tuple({"instance_uuid": v.uuid, "host": chosen.host,
+                                          "node": chosen.nodename, "priority": v.priority,
+                                          "project_id": v.project_id}
+                                         for v in consumed.victims))]
         if return_alternates:
             limit = self.conf.scheduler.max_attempts - 1
             asked = spec.resources.amounts()

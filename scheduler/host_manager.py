@@ -132,6 +132,21 @@ class HostManager:
         with self._changing(host):
             host.apply(spec, consumed)
 
+    def apply_preemption(self, host: HostState, what_if: HostState, spec,
+                         consumed: Consumed) -> None:
+        """Take a persisted preempting claim into the cached host (caller holds
+        its lock): the state the claim was checked on (``what_if``: the victims
+        gone), then the claim; the victims leave the instance index."""
+        with self._changing(host):
+            host.usage = what_if.usage
+            host.numa_topology = what_if.numa_topology
+            host.pci_pools = what_if.pci_pools
+            host.num_instances = what_if.num_instances
+            host.num_io_ops = what_if.num_io_ops
+            host.apply(spec, consumed)
+        for victim in consumed.victims:
+            self.note_released(victim.uuid)
+
     def apply_release(self, released, locked: bool = False) -> bool:
         """Give a persisted release back to the cached host; False when the cache
         was not exactly at the state before it (then the host is re-read).

@@ -93,6 +93,7 @@ class Consumed:
     pci_addresses: tuple[str, ...] = ()
     generation: int = 0
     pci_pools: tuple | None = None   # the node's pools after the claim, when re-read
+    victims: tuple = ()              # db.preemption.Candidate: preempted for this claim
 
 
 _TOPOLOGIES: dict[str, Any] = {}

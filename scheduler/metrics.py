@@ -88,6 +88,13 @@ MOVES_REVERTED = Counter("berth_moves_reverted", "Moves the claim reaper reverte
 PENDING_CLAIMS = Gauge("berth_claims_pending", "Claims not confirmed yet, as the "
                        "deployment's claim reaper last counted them (other workers "
                        "report 0).", multiprocess_mode="livemax")
+PREEMPTIONS = Counter("berth_preemptions", "Instances preempted to place instances of "
+                      "higher priority, by the preempting request's priority and the "
+                      "host's availability zone.", ["priority", "availability_zone"])
+PREEMPTED_UNRELEASED = Gauge("berth_preempted_unreleased", "Preempted instances the caller "
+                             "has not released yet (berth-manage allocations list "
+                             "--preempted), as the deployment's claim reaper last counted "
+                             "them (other workers report 0).", multiprocess_mode="livemax")
 DB_ERRORS_RETRIED = Counter("berth_db_errors_retried", "Deadlocks and lost database "
                             "connections met by a retried operation (the last try of one "
                             "that gave up included).", ["operation"])
@@ -281,6 +288,15 @@ def count_move_reverted() -> None:
 
 def set_pending_claims(n: int) -> None:
     PENDING_CLAIMS.set(n)
+
+
+def count_preemption(victims: int, priority: int, availability_zone: str | None) -> None:
+    if victims:
+        PREEMPTIONS.labels(str(priority), availability_zone or "").inc(victims)
+
+
+def set_preempted_unreleased(n: int) -> None:
+    PREEMPTED_UNRELEASED.set(n)
 
 
 def count_db_error_retried(operation: str) -> None:

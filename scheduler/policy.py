@@ -78,6 +78,11 @@ RULES = _BASE + [
     _rule("list_hosts", "rule:admin_or_service", "List hosts and their usage."),
     _rule("show_host", "rule:admin_or_service", "Show one host."),
     _rule("heartbeat", "rule:admin_or_service", "Say a host is up (berth-agent)."),
+    policy.DocumentedRuleDefault(
+        name="berth:high_priority", check_str="rule:admin_or_service",
+        description="Ask for a priority (berth:priority) above [preemption] "
+                    "privileged_priority: such a request may preempt more instances.",
+        operations=[{"path": "select_destinations", "method": "RPC"}]),
     _rule("capacity", "rule:admin_or_service", "Count how many more instances fit."),
     _rule("move_instance", "rule:admin_or_owner", "Move an instance: resize, migrate, "
                                                   "live-migrate, evacuate, rebuild or "

@@ -100,6 +100,7 @@ class ClaimReaper:
                      "this worker reaps now" if self.leader else "another worker reaps now")
         if not self.leader:
             metrics.set_pending_claims(0)
+            metrics.set_preempted_unreleased(0)
             return 0
         self._forget(now)
         cutoff = now - datetime.timedelta(seconds=self.ttl)
@@ -109,6 +110,9 @@ class ClaimReaper:
                 released += 1
                 metrics.count_claim_reaped()
         metrics.set_pending_claims(claims.pending_count(self.db))
+        from db import preemption
+
+        metrics.set_preempted_unreleased(preemption.preempted_count(self.db))
         return released + self._moves().reap(now)
 
     def _forget(self, now: datetime.datetime) -> None:

@@ -107,9 +107,11 @@ def _main_reason(summary: Mapping) -> str:
     return f"{top['filter']}: {reason}" if reason else top["filter"]
 
 
-def replay(fleet, lines: Sequence[Any], conf: cfg.ConfigOpts = cfg.CONF, seed: int = 0
-           ) -> dict:
-    """Replay ``lines`` (trace values) on ``fleet`` (a fleet document or ``Fleet``)."""
+def replay(fleet, lines: Sequence[Any], conf: cfg.ConfigOpts = cfg.CONF, seed: int = 0,
+           allow_preemption: bool = False) -> dict:
+    """Replay ``lines`` (trace values) on ``fleet`` (a fleet document or ``Fleet``);
+    ``allow_preemption``: requests that fit nowhere may preempt (each placement
+    then names its victims, and the report counts them per kind)."""
     from scheduler import fleet as fleet_mod
     from scheduler import simulate
 
@@ -120,7 +122,7 @@ def replay(fleet, lines: Sequence[Any], conf: cfg.ConfigOpts = cfg.CONF, seed: i
     with simulate.throwaway_scheduler(fleet, conf, seed=seed) as (_db, scheduler):
         steps = _validate(scheduler, _numbered(lines))
         t2 = time.perf_counter()
-        result = _run(scheduler, steps)
+        result = _run(scheduler, steps, allow_preemption)
         t3 = time.perf_counter()
         result.update(usage_report(host_rows(scheduler.host_manager.host_states())))
         t4 = time.perf_counter()
@@ -130,7 +132,7 @@ def replay(fleet, lines: Sequence[Any], conf: cfg.ConfigOpts = cfg.CONF, seed: i
     return result
 
 
-def _run(scheduler, steps) -> dict:
+def _run(scheduler, steps, allow_preemption: bool = False) -> dict:
     kinds: dict[str, dict] = {}
     placements: list[dict] = []
     refusals: list[dict] = []
@@ -142,11 +144,12 @@ def _run(scheduler, steps) -> dict:
             continue
         spec = value
         kind = kinds.setdefault(kind_of(spec), {"requests": 0, "placed": 0, "refused": 0,
-                                                "instances_placed": 0,
+                                                "instances_placed": 0, "preempted": 0,
                                                 "reasons": collections.Counter()})
         kind["requests"] += 1
         try:
-            answers = scheduler.select_destinations(spec)
+            answers = scheduler.select_destinations(
+                spec, **({"allow_preemption": True} if allow_preemption else {}))
         except exception.NoValidHost as e:
             reason = _main_reason(e.kwargs.get("summary") or {})
             kind["refused"] += 1
@@ -164,18 +167,25 @@ def _run(scheduler, steps) -> dict:
         for index, per_instance in enumerate(answers):
             chosen = per_instance[0]
             placements.append({"line": number, "index": index,
-                               "instance_uuid": chosen.instance_uuid, "host": chosen.host})
+                               "instance_uuid": chosen.instance_uuid, "host": chosen.host,
+                               **({"preempted": [v["instance_uuid"]
+                                                 for v in chosen.preempted]}
+                                  if chosen.preempted else {})})
+            kind["preempted"] += len(chosen.preempted)
     by_kind = {}
     for name in sorted(kinds):
         k = kinds[name]
         by_kind[name] = {**{key: k[key] for key in ("requests", "placed", "refused",
                                                     "instances_placed")},
+                         **({"preempted": k["preempted"]} if allow_preemption else {}),
                          "top_reasons": [{"reason": r, "count": n}
                                          for r, n in k["reasons"].most_common(TOP_REASONS)]}
     return {"requests": sum(k["requests"] for k in kinds.values()),
             "placed": sum(k["placed"] for k in kinds.values()),
             "refused": sum(k["refused"] for k in kinds.values()),
             "releases": releases, "kinds": by_kind,
+            **({"preempted": sum(k["preempted"] for k in kinds.values())}
+               if allow_preemption else {}),
             "placements": placements, "refusals": refusals}
 
 
@@ -253,13 +263,19 @@ def format_report(report: Mapping) -> str:
     lines = [f"requests: {report['requests']}  placed: {report['placed']}  refused: "
              f"{report['refused']}  releases: {report['releases']['released']} "
              f"(+{report['releases']['nothing_to_release']} with nothing to release)"]
+    if "preempted" in report:
+        lines[0] += f"  preempted: {report['preempted']}"
     lines.append("")
+    preempting = "preempted" in report
     lines.append(f"{'KIND':24} {'REQUESTS':>8} {'PLACED':>7} {'INSTANCES':>9} "
-                 f"{'REFUSED':>8}  TOP REFUSAL REASONS")
+                 f"{'REFUSED':>8} " + (f"{'PREEMPTED':>9} " if preempting else "") +
+                 " TOP REFUSAL REASONS")
     for name, k in report["kinds"].items():
         reasons = "; ".join(f"{r['count']}x {r['reason']}" for r in k["top_reasons"])
-        lines.append(f"{name:24} {k['requests']:>8} {k['placed']:>7} "
-                     f"{k['instances_placed']:>9} {k['refused']:>8}  {reasons}".rstrip())
+        lines.append((f"{name:24} {k['requests']:>8} {k['placed']:>7} "
+                      f"{k['instances_placed']:>9} {k['refused']:>8} " +
+                      (f"{k['preempted']:>9} " if preempting else "") +
+                      f" {reasons}").rstrip())
     h = report["hosts"]
     lines.append("")
     lines.append(f"hosts used: {h['used']}/{h['total']} ({h['partially_used']} partially)")

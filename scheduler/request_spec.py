@@ -13,6 +13,7 @@ from typing import Any
 
 from scheduler import resource_request
 from scheduler.exception import InvalidRequest
+from scheduler.priority import Priority
 from scheduler.validation import (
     MAX_LIST,
     integer,
@@ -229,6 +230,8 @@ class RequestSpec:
     #: (``scheduler.resource_request``), and the aggregates it must be in.
     resources: Any = None
     raw_member_of: Any = None
+    #: ``berth:priority`` / ``berth:preemptible`` (``scheduler.priority``).
+    priority: Priority = Priority()
 
     # -- derived values -------------------------------------------------
     @property
@@ -289,6 +292,7 @@ class RequestSpec:
             force_nodes=strings(data.get("force_nodes"), "force_nodes"),
             ignore_hosts=strings(data.get("ignore_hosts"), "ignore_hosts"),
             raw_pci_requests=tuple(raw_pci),
+            priority=Priority.from_extra_specs(flavor.extra_specs),
         )
         _check_address_bits(flavor, image)
         numa_topology = _numa_topology(flavor, image)

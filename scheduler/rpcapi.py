@@ -14,6 +14,11 @@ API versions:
 * 1.2 - move_instance (resize, migrate, live-migrate, evacuate, rebuild,
   unshelve), confirm_move, revert_move; selections carry ``resources`` and
   ``allocations`` (per provider), and a move's ``migration_uuid``.
+* 1.3 - ``allow_preemption`` on select_destinations: an instance that fits
+  nowhere may preempt instances of lower priority (``berth:priority``,
+  ``berth:preemptible``); its selection names them in ``preempted``, and the
+  caller deletes and releases them. A client capped below 1.3 refuses
+  ``allow_preemption`` locally.
 
 Errors raised by the daemon come back as the same ``scheduler.exception``
 types. Payloads are checked to be plain JSON here too, so a value that cannot
@@ -48,7 +53,7 @@ class SchedulerAPI:
     (None: forever).
     """
 
-    VERSION = "1.2"
+    VERSION = "1.3"
 
     def __init__(self, conf: cfg.ConfigOpts = cfg.CONF, *,
                  transport: oslo_messaging.Transport | None = None,
@@ -174,7 +179,8 @@ class SchedulerAPI:
                             instance_uuids: list[str] | None = None,
                             return_alternates: bool = False,
                             dry_run: bool = False,
-                            confirm: str = "auto") -> list[list[dict]]:
+                            confirm: str = "auto",
+                            allow_preemption: bool = False) -> list[list[dict]]:
         """One list per instance: the chosen host first, then the alternates.
 
         A call that times out is sent again ``[scheduler] select_retries`` times
@@ -185,12 +191,28 @@ class SchedulerAPI:
         reply, then confirmed: a lost reply costs nothing after ``[scheduler]
         claim_ttl``), ``manual`` (pending until the caller calls ``confirm``,
         e.g. once the instance is built), ``none`` (held at once, as before).
+
+        ``allow_preemption`` (1.3): the caller deletes the instances a
+        selection names in ``preempted`` (then releases them); an instance
+        that fits nowhere may then take the room of instances of lower
+        priority.
         """
         rpc.check_json(request_spec, "request_spec")
         monitor = self.timeout or self.conf.rpc_response_timeout
         kw: dict[str, Any] = {"pending": True} if not dry_run and self._holds(confirm) \
             else {}
-        cctxt = self.client.prepare(version="1.1" if kw else "1.0",
+        version = "1.1" if kw else "1.0"
+        if allow_preemption:
+            if not self.client.can_send_version("1.3"):
+                from scheduler import exception
+
+                raise exception.InvalidRequest(
+                    field="allow_preemption",
+                    reason="needs RPC API 1.3 ([scheduler] rpc_version_cap is "
+                           f"{self.conf.scheduler.rpc_version_cap})")
+            kw["allow_preemption"] = True
+            version = "1.3"
+        cctxt = self.client.prepare(version=version,
                                     timeout=self.conf.scheduler.long_rpc_timeout,
                                     call_monitor_timeout=monitor)
         retries = 0 if dry_run else self.conf.scheduler.select_retries

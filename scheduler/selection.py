@@ -29,6 +29,10 @@ class Selection:
     allocations: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     #: A move's id (``move_instance``): confirm or revert the move with it.
     migration_uuid: str | None = None
+    #: The instances preempted to make room (API 1.3: ``allow_preemption``):
+    #: {instance_uuid, host, node, priority, project_id}; the caller deletes
+    #: them, then releases them.
+    preempted: tuple = ()
 
     def to_primitive(self) -> dict:
         return {"instance_uuid": self.instance_uuid, "host": self.host, "node": self.node,
@@ -37,7 +41,9 @@ class Selection:
                 "allocations": {p: dict(a) for p, a in self.allocations.items()},
                 "numa_cells": self.numa_cells,
                 "pci_devices": list(self.pci_devices), "alternate": self.alternate,
-                **({"migration_uuid": self.migration_uuid} if self.migration_uuid else {})}
+                **({"migration_uuid": self.migration_uuid} if self.migration_uuid else {}),
+                **({"preempted": [dict(v) for v in self.preempted]} if self.preempted
+                   else {})}
 
     @classmethod
     def from_primitive(cls, data: Mapping) -> Selection:
@@ -48,4 +54,5 @@ class Selection:
                    alternate=bool(data.get("alternate")),
                    resources=dict(data.get("resources") or {}),
                    allocations={p: dict(a) for p, a in (data.get("allocations") or {}).items()},
-                   migration_uuid=data.get("migration_uuid"))
+                   migration_uuid=data.get("migration_uuid"),
+                   preempted=tuple(dict(v) for v in data.get("preempted") or ()))

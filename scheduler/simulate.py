@@ -36,7 +36,7 @@ _STEP_KINDS = ("select", "release", "reschedule", "report", "expect_usage", "mov
                "confirm_move", "revert_move")
 _EXPECT_KEYS = frozenset({"hosts", "host_in", "not_hosts", "hosts_distinct", "hosts_same",
                           "same_host_as", "error", "reason_contains", "alternates",
-                          "allocations"})
+                          "allocations", "preempted"})
 #: ``expect_usage`` counters besides resource class names (VGPU: 2): the root
 #: provider's classic ones, and the node's instances.
 USAGE_COUNTERS = ("vcpus_used", "pcpus_used", "memory_mb_used", "local_gb_used",
@@ -251,7 +251,8 @@ class _Runner:
             raise ScenarioError(f"steps[{index}]: exactly one of {', '.join(_STEP_KINDS)} "
                                 f"is required")
         kind = kinds[0]
-        unknown = set(step) - {kind, "expect", "dry_run", "alternates", "description"}
+        unknown = set(step) - {kind, "expect", "dry_run", "alternates", "description",
+                               "allow_preemption"}
         if unknown:
             raise ScenarioError(f"steps[{index}]: unknown key(s) {', '.join(sorted(unknown))}")
         expect = step.get("expect") or {}
@@ -289,17 +290,22 @@ class _Runner:
                 "node": chosen.node, "weight": round(chosen.weight, 4),
                 "alternates": [s.host for s in alternates],
                 "resources": dict(chosen.resources),
-                "numa_cells": chosen.numa_cells, "pci_devices": list(chosen.pci_devices)}
+                "numa_cells": chosen.numa_cells, "pci_devices": list(chosen.pci_devices),
+                **({"preempted": [self.labels.label(v["instance_uuid"])
+                                  for v in chosen.preempted]} if chosen.preempted else {})}
 
     def _step_select(self, body, step, result: StepResult, touched: set[str]) -> None:
         spec = self.scheduler.parse_request(self.labels.request(body))
         answers = self.scheduler.select_destinations(
             spec, return_alternates=bool(step.get("alternates")),
-            dry_run=bool(step.get("dry_run")))
+            dry_run=bool(step.get("dry_run")),
+            allow_preemption=bool(step.get("allow_preemption")))
         for per_instance in answers:
             chosen = per_instance[0]
             if not step.get("dry_run"):
                 self.placed[chosen.instance_uuid] = chosen.host
+                for victim in chosen.preempted:
+                    self.placed.pop(victim["instance_uuid"], None)
             result.placements.append(self._placement(chosen, per_instance[1:]))
 
     def _step_release(self, body, step, result: StepResult, touched: set[str]) -> None:
@@ -457,6 +463,13 @@ class _Runner:
             counts = [len(p["alternates"]) for p in result.placements]
             if any(c != expect["alternates"] for c in counts):
                 fails.append(f"alternates: expected {expect['alternates']} each, got {counts}")
+        if "preempted" in expect:
+            want = expect["preempted"]
+            if not isinstance(want, list):
+                raise ScenarioError("expect.preempted: expected a list of instance labels")
+            got = sorted(label for p in result.placements for label in p.get("preempted", ()))
+            if sorted(self.labels.label(self.labels.uuid(w)) for w in want) != got:
+                fails.append(f"preempted: expected {sorted(map(str, want))}, got {got}")
         if "allocations" in expect:
             want = expect["allocations"]
             if not isinstance(want, dict) or not all(_is_class(k) for k in want):

@@ -91,6 +91,15 @@ def format_selections(result: list[list[dict]], dry_run: bool = False) -> str:
             ])
     text = format_table(["INSTANCE", "HOST", "NODE", "RESOURCES", "NUMA", "PCI", "WEIGHT"],
                         rows)
+    victims = [(alternatives[0].get("instance_uuid"), v) for alternatives in result
+               if alternatives for v in alternatives[0].get("preempted") or ()]
+    if victims:
+        text += "\n" + format_table(
+            ["PREEMPTED", "BY", "HOST", "PRIORITY"],
+            [[v.get("instance_uuid"), by, v.get("host"), v.get("priority")]
+             for by, v in victims])
+        if not dry_run:
+            text += "\n(delete the preempted instances, then release them)"
     if dry_run:
         text += "\n(dry run: nothing was claimed)"
     return text
@@ -215,8 +224,9 @@ def _print_json(value: Any) -> None:
 
 def cmd_select(api, args) -> int:
     spec = _read_json(args.request)
+    kw = {"allow_preemption": True} if args.allow_preemption else {}
     result = api.select_destinations(None, spec, return_alternates=args.alternates,
-                                     dry_run=args.dry_run)
+                                     dry_run=args.dry_run, **kw)
     if args.json:
         _print_json(result)
     else:
@@ -509,6 +519,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("request", metavar="REQUEST.json", help="request spec file, or - for stdin")
     s.add_argument("--alternates", action="store_true", help="also return alternate hosts")
     s.add_argument("--dry-run", action="store_true", help="choose hosts but claim nothing")
+    s.add_argument("--allow-preemption", action="store_true",
+                   help="an instance that fits nowhere may preempt instances of lower "
+                        "priority: the reply names them, and you delete and release "
+                        "them (API 1.3)")
     s.set_defaults(func=cmd_select)
 
     s = sub.add_parser("release", parents=[common], help="free what an instance holds")

@@ -1,7 +1,9 @@
 """``berth-manage allocations list|release``: what the scheduler handed out.
 
 ``list --pending --older-than 300`` shows the claims nobody confirmed (the reaper
-releases them after ``[scheduler] claim_ttl``); ``release`` gives allocations
+releases them after ``[scheduler] claim_ttl``); ``list --preempted`` the
+instances preempted by requests of higher priority that the caller has not
+deleted and released yet (their room was handed over already); ``release`` gives allocations
 back by hand (the daemons' caches catch up on their next refresh).
 """
 from __future__ import annotations
@@ -20,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lst = commands.add_parser("list", help="allocations, oldest first")
     lst.add_argument("--pending", action="store_true",
                      help="only claims not confirmed yet")
+    lst.add_argument("--preempted", action="store_true",
+                     help="only instances preempted and not released yet")
     lst.add_argument("--older-than", type=_seconds, metavar="SECONDS",
                      help="only allocations made more than SECONDS ago")
     lst.add_argument("--host", metavar="NAME", help="only on this host (or node)")
@@ -49,10 +53,17 @@ def _age(row: dict, now) -> str:
     return f"{seconds}s"
 
 
+def _state(row: dict) -> str:
+    if row["consumer_type"] == "preempted":
+        return "preempted"
+    return "pending" if row["pending"] else "confirmed"
+
+
 def do_list(args: argparse.Namespace) -> int:
     now = utcnow()
     rows = claims.list_allocations(common.database(), pending=args.pending,
-                                   older_than=args.older_than, host=args.host, now=now)
+                                   older_than=args.older_than, host=args.host, now=now,
+                                   preempted=args.preempted)
     if args.json:
         common.print_json(rows)
         return common.EXIT_OK
@@ -62,9 +73,12 @@ def do_list(args: argparse.Namespace) -> int:
         ("RESOURCES", lambda r: " ".join(f"{rc}={n}" for rc, n in
                                          sorted(r["resources"].items())) or None),
         ("PCI", lambda r: len(r["pci_devices"]) or None), ("PROJECT", "project_id"),
-        ("STATE", lambda r: "pending" if r["pending"] else "confirmed"),
+        ("PRIORITY", "priority"),
+        ("STATE", _state),
         ("AGE", lambda r: _age(r, now)),
     ]
+    if args.preempted:
+        columns.append(("PREEMPTED BY", "preempted_by"))
     common.print_table(rows, columns, empty="no allocations")
     return common.EXIT_OK
 

@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compare", nargs=2, metavar=("A.conf", "B.conf"),
                         help="replay the trace under each configuration (each file "
                              "alone, in its own process) and report the differences")
+    parser.add_argument("--allow-preemption", action="store_true",
+                        help="with --trace: requests that fit nowhere may preempt "
+                             "instances of lower priority (berth:priority, "
+                             "berth:preemptible); the report counts the victims")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random picks (host_subset_size, shuffling); "
                              "default 0, so runs are repeatable")
@@ -94,7 +98,8 @@ def do_replay(args: argparse.Namespace) -> int:
     fleet_data = fleet.load_fleet_file(args.fleet)
     lines = replay.load_trace(args.trace)
     try:
-        report = replay.replay(fleet_data, lines, cfg.CONF, seed=args.seed)
+        report = replay.replay(fleet_data, lines, cfg.CONF, seed=args.seed,
+                               allow_preemption=args.allow_preemption)
     except replay.InvalidTrace as e:
         raise replay.InvalidTrace(f"{args.trace}: {e}", field=e.field,
                                   reason=e.reason) from None

@@ -7,6 +7,7 @@ from typing import Any
 
 from scheduler import capacity as capacity_count
 from scheduler import exception, validation
+from scheduler import priority as priorities
 from scheduler.endpoints import scoping
 from scheduler.endpoints.rpc_method import rpc_method
 from scheduler.request_spec import MAX_INSTANCES, RequestSpec
@@ -30,23 +31,28 @@ class PlacementEndpoint:
     @rpc_method
     def select_destinations(self, ctxt, request_spec, instance_uuids=None,
                             return_alternates=False, dry_run=False,
-                            pending=False) -> list[list[dict]]:
+                            pending=False, allow_preemption=False) -> list[list[dict]]:
         check_json(request_spec, "request_spec")
         uuids = _instance_uuids(instance_uuids)
         return_alternates = validation.boolean(return_alternates, "return_alternates")
         dry_run = validation.boolean(dry_run, "dry_run")
         pending = validation.boolean(pending, "pending")
+        allow_preemption = validation.boolean(allow_preemption, "allow_preemption")
         spec = self._parser()(request_spec)
         project = scoping.request_project(self.policy, ctxt, "select_destinations",
                                           spec.project_id)
         if project != spec.project_id:
             spec = spec.replace(project_id=project)
+        if priorities.needs_privilege(spec, self.conf):
+            self.policy.authorize(ctxt, "high_priority")
         if uuids is not None and spec.instance_uuids is None \
                 and len(uuids) != spec.num_instances:
             raise exception.InvalidRequest(
                 field="instance_uuids",
                 reason=f"{len(uuids)} given for num_instances={spec.num_instances}")
         kw = {"pending": True} if pending else {}
+        if allow_preemption:
+            kw["allow_preemption"] = True
         result = self.scheduler.select_destinations(
             spec, instance_uuids=uuids, return_alternates=return_alternates,
             dry_run=dry_run, **kw)

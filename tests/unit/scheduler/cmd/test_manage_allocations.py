@@ -86,3 +86,38 @@ def test_list_prints_no_terminal_escapes(cli):  # noqa: F811
     assert rc == 0 and held in out
     assert "\x1b" not in out and "\u202e" not in out and "\nFORGED" not in out
     assert "\\x1b[2J\\x1b[31mevil\\x0aFORGED\\u202e" in out
+
+
+def test_list_preempted(cli):  # noqa: F811
+    """An instance preempted and not released yet is listed with --preempted (and
+    no longer counts); its release gives nothing back."""
+    assert cli("host", "import", cli.write(GOOD))[0] == 0
+    db = Database(cli.url)
+    try:
+        s = FilterScheduler(HostManager(db, cfg.CONF), cfg.CONF)
+        low = s.parse_request({"flavor": {"vcpus": 8, "memory_mb": 100000, "root_gb": 1,
+                                          "extra_specs": {"berth:preemptible": "true"}},
+                               "force_hosts": ["compute-002"]})
+        s.select_destinations(low)
+        high = s.parse_request({"flavor": {"vcpus": 8, "memory_mb": 100000, "root_gb": 1,
+                                           "extra_specs": {"berth:priority": "1"}},
+                                "force_hosts": ["compute-002"]})
+        [[sel]] = s.select_destinations(high, allow_preemption=True)
+    finally:
+        db.dispose()
+    [victim] = sel.preempted
+    rc, out, _ = cli("allocations", "list", "--preempted", "--json")
+    rows = json.loads(out)
+    assert rc == 0 and [r["instance_uuid"] for r in rows] == [victim["instance_uuid"]]
+    assert rows[0]["preempted_by"] == sel.instance_uuid and rows[0]["priority"] == 0
+    assert rows[0]["resources"]["VCPU"] == 8 and rows[0]["host"] == "compute-002"
+    rc, out, _ = cli("allocations", "list", "--preempted")
+    assert rc == 0 and "preempted" in out and sel.instance_uuid in out
+    inv = models.ProviderInventory.__table__
+    used = cli.scalar(sa.select(sa.func.sum(inv.c.used)).where(inv.c.resource_class == "VCPU"))
+    assert used == 8
+    rc, out, _ = cli("allocations", "release", victim["instance_uuid"])
+    assert rc == 0 and "released from compute-002" in out
+    assert cli.scalar(sa.select(sa.func.sum(inv.c.used)).where(
+        inv.c.resource_class == "VCPU")) == 8
+    assert json.loads(cli("allocations", "list", "--preempted", "--json")[1]) == []
