@@ -1,0 +1,26 @@
+"""Which kind of difference a disagreement is.
+
+Each class Berth makes on purpose is recognised by asking Placement again with
+the one thing Berth does differently changed (a *what-if*): when Placement
+then agrees with Berth, that difference explains the case. The classes are
+documented in doc/source/reference/placement-differences.rst.
+"""
+from __future__ import annotations
+
+AGREE = "agree"
+UNEXPLAINED = "unexplained"
+
+#: hw:cpu_thread_policy=isolate: Nova forbids HW_CPU_HYPERTHREADING, Berth does not.
+ISOLATE_ON_SMT = "hw:cpu_thread_policy=isolate does not forbid HW_CPU_HYPERTHREADING"
+
+ON_PURPOSE = frozenset({ISOLATE_ON_SMT})
+
+
+def classify(sides, fleet: dict, request: dict, theirs, mine) -> str:
+    specs = request["flavor"].get("extra_specs", {})
+    if (specs.get("hw:cpu_policy") == "dedicated"
+            and specs.get("hw:cpu_thread_policy") == "isolate"):
+        again, _mine, _ = sides.answers(fleet, request, isolate_forbids_ht=False)
+        if again == mine:
+            return ISOLATE_ON_SMT
+    return UNEXPLAINED
