@@ -78,7 +78,8 @@ class Berth:
     def load(self, fleet: dict) -> None:
         self.close()
         stack = self._stack = contextlib.ExitStack()
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="berth-parity-"))
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="berth-parity-", dir=shm))
         db = Database(f"sqlite:///{os.path.join(tmp, 'berth.sqlite')}")
         stack.callback(db.dispose)
         migration.db_sync(db)

@@ -86,9 +86,8 @@ def _compute_node(rng: random.Random, name: str) -> dict:
         if rng.random() < 0.4:
             classic["reserved_host_cpus"] = rng.randint(0, 2)
             classic["reserved_host_memory_mb"] = rng.choice((0, 512, 1024))
-            classic["reserved_host_disk_mb"] = rng.choice((0, 1, 1024, 2049))
-        if disk == 0:
-            classic["local_gb"] = 0
+            if disk:
+                classic["reserved_host_disk_mb"] = rng.choice((0, 1, 1024, 2049))
         node["classic"] = classic
     else:
         invs = node["inventories"]
@@ -102,7 +101,7 @@ def _compute_node(rng: random.Random, name: str) -> dict:
     if rng.random() < 0.3:
         node["inventories"]["PCPU"] = _edgy(rng, rng.choice((4, 8, 16)), step_choices=(2,))
     node["traits"] = sorted(rng.sample(ROOT_TRAITS, rng.randint(0, 3)))
-    for c in range(rng.choice((0, 0, 0, 1, 1, 2, 3))):
+    for c in range(rng.choice((0, 0, 1, 1, 2, 2, 3))):
         node["children"].append(_child(rng, name, c, node["children"]))
     return node
 
@@ -206,7 +205,8 @@ def make_fleet(rng: random.Random, index: int) -> dict:
     for a in range(rng.randint(1, 4)):
         hosts = sorted(n["name"] for n in rng.sample(nodes, rng.randint(1, len(nodes))))
         metadata = {}
-        if rng.random() < 0.4:
+        if rng.random() < 0.3:
+            hosts = hosts[:2]
             for trait in rng.sample(ISOLATING, rng.randint(1, 2)):
                 metadata[f"trait:{trait}"] = "required"
         aggregates.append({"name": f"f{index}agg{a}", "hosts": hosts, "metadata": metadata})
@@ -220,7 +220,7 @@ def _amount_near(rng: random.Random, fleet: dict, rc: str, default: int) -> int:
     """An amount that hits some inventory's min/max/step edge now and then."""
     invs = [inv for n in fleet["nodes"] for _p, pinv in providers_of(n)
             for c, inv in pinv.items() if c == rc]
-    if not invs or rng.random() < 0.4:
+    if not invs or rng.random() < 0.65:
         return default
     inv = rng.choice(invs)
     return max(1, rng.choice((inv["min_unit"], inv["min_unit"] - 1, inv["max_unit"],
@@ -230,9 +230,9 @@ def _amount_near(rng: random.Random, fleet: dict, rc: str, default: int) -> int:
 
 def make_request(rng: random.Random, fleet: dict) -> dict:
     vcpus = _amount_near(rng, fleet, "VCPU", rng.choice((1, 2, 4, 8)))
-    memory = _amount_near(rng, fleet, "MEMORY_MB", rng.choice((512, 1024, 2048, 4096)))
+    memory = _amount_near(rng, fleet, "MEMORY_MB", rng.choice((256, 512, 1024, 2048)))
     flavor = {"vcpus": min(vcpus, 4096), "memory_mb": memory,
-              "root_gb": rng.choice((0, 1, 10, 20)), "ephemeral_gb": rng.choice((0, 0, 5)),
+              "root_gb": rng.choice((0, 1, 5, 10)), "ephemeral_gb": rng.choice((0, 0, 5)),
               "swap": rng.choice((0, 0, 0, 512, 1025)), "extra_specs": {}}
     specs = flavor["extra_specs"]
     image: dict = {"properties": {}}
@@ -254,15 +254,15 @@ def make_request(rng: random.Random, fleet: dict) -> dict:
         if not specs.get("hw:cpu_policy") or rc not in ("VCPU",):
             specs[f"resources:{rc}"] = str(_amount_near(rng, fleet, rc, rng.choice((0, 1, 2))))
     # unnumbered traits
-    for trait in rng.sample(ROOT_TRAITS + GPU_TRAITS[:1], rng.choice((0, 0, 0, 1, 2))):
+    for trait in rng.sample(ROOT_TRAITS + GPU_TRAITS[:1], rng.choice((0, 0, 0, 0, 1, 1, 2))):
         specs[f"trait:{trait}"] = rng.choice(("required", "forbidden"))
     # numbered groups
-    groups = rng.choice((0, 0, 0, 1, 1, 2, 3))
+    groups = rng.choice((0, 0, 0, 0, 0, 1, 1, 2, 3))
     for g in range(1, groups + 1):
         what = rng.choice(("vgpu", "vgpu", "bw", "fpga", "vcpu"))
         if what == "vgpu":
             specs[f"resources{g}:VGPU"] = str(_amount_near(rng, fleet, "VGPU", 1))
-            if rng.random() < 0.5:
+            if rng.random() < 0.4:
                 specs[f"trait{g}:{rng.choice(GPU_TRAITS)}"] = rng.choice(
                     ("required", "required", "forbidden"))
         elif what == "bw":

@@ -11,16 +11,17 @@ A request is translated as Nova's scheduler translates a flavor and an image
 into ``GET /allocation_candidates`` (``nova.scheduler.utils.ResourceRequest``),
 written here from its documented behaviour:
 
-* unnumbered ``resources``: VCPU, MEMORY_MB, DISK_GB (root + ephemeral + swap
-  rounded up to GB) from the flavor, ``resources:CLASS=N`` over them, zeros
-  dropped; ``hw:cpu_policy=dedicated`` asks PCPU for the vCPUs instead of VCPU,
+* ``resources[N]:CLASS=N`` make the groups' ``resources[N]`` (zeros dropped);
+  the flavor's VCPU, MEMORY_MB and DISK_GB (root + ephemeral + swap rounded
+  up to GB) are added to the unnumbered group for the classes no group names; ``hw:cpu_policy=dedicated`` asks PCPU for the vCPUs instead of VCPU,
   ``hw:cpu_thread_policy=require`` requires HW_CPU_HYPERTHREADING and
   ``isolate`` forbids it;
 * ``trait:NAME=required|forbidden`` and image ``trait:NAME=required`` make the
   unnumbered ``required``; numbered groups ``resourcesN``/``requiredN``;
   ``group_policy``;
 * ``member_of`` entries as ``member_of=in:...`` and ``member_of=!in:...`` of the
-  unnumbered group, plus the aggregates Nova's ``isolate_aggregates`` request
+  unnumbered group (of every numbered group when the unnumbered one asks no
+  resources: a child is in its root's aggregates), plus the aggregates Nova's ``isolate_aggregates`` request
   filter forbids (metadata ``trait:NAME=required`` whose traits the request
   does not all require);
 * when the unnumbered group has traits but no resources (a request made only
@@ -63,7 +64,10 @@ class Placement:
     """One in-process Placement on a throwaway SQLite file, reloaded per fleet."""
 
     def __init__(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="placement-parity-")
+        # in memory where the machine has a tmpfs: the writes of loading a
+        # fleet are what takes the time
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self._tmp = tempfile.TemporaryDirectory(prefix="placement-parity-", dir=shm)
         conf = cfg.ConfigOpts()
         placement_conf.register_opts(conf)
         policy_opts.set_defaults(conf)
@@ -219,19 +223,8 @@ def _groups(request: dict, isolate_forbids_ht: bool):
         return groups.setdefault(suffix, {"resources": {}, "required": set(),
                                           "forbidden": set()})
     un = group("")
-    un["resources"]["VCPU"] = flavor["vcpus"]
-    un["resources"]["MEMORY_MB"] = flavor["memory_mb"]
-    un["resources"]["DISK_GB"] = (flavor.get("root_gb", 0) + flavor.get("ephemeral_gb", 0)
-                                  + -(-flavor.get("swap", 0) // 1024))
-    if specs.get("hw:cpu_policy") == "dedicated":
-        un["resources"]["PCPU"] = flavor["vcpus"]
-        un["resources"].pop("VCPU")
-        thread = specs.get("hw:cpu_thread_policy")
-        if thread == "require":
-            un["required"].add("HW_CPU_HYPERTHREADING")
-        elif thread == "isolate" and isolate_forbids_ht:
-            un["forbidden"].add("HW_CPU_HYPERTHREADING")
     policy = None
+    named = set()           # classes any group names (a 0 too): the flavor's are not added
     for key, value in specs.items():
         if key == "group_policy":
             policy = value
@@ -242,8 +235,24 @@ def _groups(request: dict, isolate_forbids_ht: bool):
                 g = group(prefix[len(kind):])
                 if kind == "resources":
                     g["resources"][name] = int(value)
+                    named.add(name)
                 else:
                     g["required" if value == "required" else "forbidden"].add(name)
+    if specs.get("hw:cpu_policy") == "dedicated":
+        un["resources"]["PCPU"] = flavor["vcpus"]
+        un["resources"].pop("VCPU", None)
+        thread = specs.get("hw:cpu_thread_policy")
+        if thread == "require":
+            un["required"].add("HW_CPU_HYPERTHREADING")
+        elif thread == "isolate" and isolate_forbids_ht:
+            un["forbidden"].add("HW_CPU_HYPERTHREADING")
+    elif "VCPU" not in named and "PCPU" not in named:
+        un["resources"]["VCPU"] = flavor["vcpus"]
+    if "MEMORY_MB" not in named:
+        un["resources"]["MEMORY_MB"] = flavor["memory_mb"]
+    if "DISK_GB" not in named:
+        un["resources"]["DISK_GB"] = (flavor.get("root_gb", 0) + flavor.get("ephemeral_gb", 0)
+                                      + -(-flavor.get("swap", 0) // 1024))
     for key, value in request.get("image", {}).get("properties", {}).items():
         if key.startswith("trait:") and value == "required":
             un["required"].add(key[len("trait:"):])
