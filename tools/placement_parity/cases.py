@@ -77,7 +77,7 @@ def _compute_node(rng: random.Random, name: str) -> dict:
                   "children": []}
     vcpus = rng.choice((2, 4, 8, 16, 32, 48, 64))
     memory = rng.choice((2048, 4096, 8192, 16384, 65536))
-    disk = rng.choice((0, 20, 40, 100, 500))
+    disk = rng.choice((0, 20, 40, 100, 100, 500, 500, 1000))
     if rng.random() < 0.35:
         classic = {"vcpus": vcpus, "memory_mb": memory, "local_gb": disk,
                    "cpu_allocation_ratio": rng.choice((1.0, 4.0, 16.0, 1.5)),
@@ -96,9 +96,9 @@ def _compute_node(rng: random.Random, name: str) -> dict:
         invs["MEMORY_MB"] = _edgy(rng, memory, ratios=(1.0, 1.5, 0.9),
                                   step_choices=(256, 512, 1024), reserved_max=1024)
         if disk:
-            invs["DISK_GB"] = _edgy(rng, disk, ratios=(1.0, 2.0), step_choices=(5, 10),
+            invs["DISK_GB"] = _edgy(rng, disk, ratios=(1.0, 2.0), step_choices=(1, 5),
                                     reserved_max=10)
-    if rng.random() < 0.3:
+    if rng.random() < 0.45:
         node["inventories"]["PCPU"] = _edgy(rng, rng.choice((4, 8, 16)), step_choices=(2,))
     node["traits"] = sorted(rng.sample(ROOT_TRAITS, rng.randint(0, 3)))
     for c in range(rng.choice((0, 0, 1, 1, 2, 2, 3))):
@@ -177,7 +177,8 @@ def _usage(rng: random.Random, node: dict) -> list[dict]:
                     continue
                 room = capacity(inv) - used.get((prov, rc), 0)
                 wanted = rng.choice((inv["min_unit"], inv["max_unit"], int(room),
-                                     rng.randint(1, max(1, int(room)))))
+                                     rng.randint(1, max(1, int(room) // 2)),
+                                     rng.randint(1, max(1, int(room) // 2))))
                 amount = _fitting(inv, min(wanted, int(room)))
                 if amount:
                     items.append([prov, rc, amount])
@@ -199,7 +200,7 @@ def make_fleet(rng: random.Random, index: int) -> dict:
     nodes = []
     for i in range(rng.randint(4, 9)):
         name = f"f{index}n{i}"
-        nodes.append(_baremetal_node(rng, name) if rng.random() < 0.12
+        nodes.append(_baremetal_node(rng, name) if rng.random() < 0.15
                      else _compute_node(rng, name))
     aggregates = []
     for a in range(rng.randint(1, 4)):
@@ -229,37 +230,67 @@ def _amount_near(rng: random.Random, fleet: dict, rc: str, default: int) -> int:
 
 
 def make_request(rng: random.Random, fleet: dict) -> dict:
-    vcpus = _amount_near(rng, fleet, "VCPU", rng.choice((1, 2, 4, 8)))
-    memory = _amount_near(rng, fleet, "MEMORY_MB", rng.choice((256, 512, 1024, 2048)))
+    """A request; most are drawn towards one node of the fleet (its traits, its
+    children's classes and traits, its aggregates) so that many have hosts to
+    compare, and amounts now and then sit at some inventory's unit limits."""
+    target = rng.choice(fleet["nodes"]) if rng.random() < 0.7 else None
+    providers = providers_of(target) if target else []
+    children = target["children"] if target else []
+
+    def pick_traits(pool, k, own=()):
+        own = [t for t in own if t in pool] if own else []
+        if own and rng.random() < 0.7:
+            return rng.sample(own, min(k, len(own)))
+        return rng.sample(pool, k)
+
+    vcpus = _amount_near(rng, fleet, "VCPU", rng.choice((1, 1, 2, 4, 8)))
+    memory = _amount_near(rng, fleet, "MEMORY_MB", rng.choice((128, 256, 512, 1024, 2048)))
     flavor = {"vcpus": min(vcpus, 4096), "memory_mb": memory,
               "root_gb": rng.choice((0, 1, 5, 10)), "ephemeral_gb": rng.choice((0, 0, 5)),
               "swap": rng.choice((0, 0, 0, 512, 1025)), "extra_specs": {}}
     specs = flavor["extra_specs"]
     image: dict = {"properties": {}}
     request: dict = {"flavor": flavor, "image": image}
+    bare = [rc for _p, invs in providers for rc in invs if rc in BAREMETAL]
     kind = rng.random()
-    if kind < 0.1:              # an Ironic flavor
+    if kind < 0.1 or (bare and kind < 0.6):     # an Ironic flavor
         for rc in ("VCPU", "MEMORY_MB", "DISK_GB"):
             specs[f"resources:{rc}"] = "0"
-        specs[f"resources:{rng.choice(BAREMETAL)}"] = "1"
-    elif kind < 0.2:            # pinned CPUs
-        specs["hw:cpu_policy"] = "dedicated"
-        flavor["vcpus"] = rng.choice((1, 2, 4, 8))
+        specs[f"resources:{rng.choice(bare or BAREMETAL)}"] = "1"
+    elif kind < 0.2 or (kind < 0.4 and any("PCPU" in invs for _p, invs in providers)):
+        specs["hw:cpu_policy"] = "dedicated"    # pinned CPUs
+        flavor["vcpus"] = _amount_near(rng, fleet, "PCPU", rng.choice((1, 2, 4)))
         if rng.random() < 0.3:
             specs["hw:cpu_thread_policy"] = rng.choice(("require", "isolate", "prefer"))
     elif kind < 0.25:
         specs["resources:DISK_GB"] = "0"        # boot from volume
+    elif kind < 0.27:                           # asks nothing of the ledger
+        for rc in ("VCPU", "MEMORY_MB", "DISK_GB"):
+            specs[f"resources:{rc}"] = "0"
     if rng.random() < 0.15:
         rc = rng.choice(("VCPU", "MEMORY_MB", "DISK_GB", "CUSTOM_FPGA", "VGPU"))
-        if not specs.get("hw:cpu_policy") or rc not in ("VCPU",):
+        if not specs.get("hw:cpu_policy") or rc != "VCPU":
             specs[f"resources:{rc}"] = str(_amount_near(rng, fleet, rc, rng.choice((0, 1, 2))))
-    # unnumbered traits
-    for trait in rng.sample(ROOT_TRAITS + GPU_TRAITS[:1], rng.choice((0, 0, 0, 0, 1, 1, 2))):
-        specs[f"trait:{trait}"] = rng.choice(("required", "forbidden"))
-    # numbered groups
-    groups = rng.choice((0, 0, 0, 0, 0, 1, 1, 2, 3))
+    # unnumbered traits: mostly of the target's providers
+    own = sorted({t for t in (target["traits"] if target else ())}
+                 | {t for c in children for t in c["traits"]})
+    for trait in pick_traits(ROOT_TRAITS + GPU_TRAITS[:1], rng.choice((0, 0, 0, 1, 1, 2)),
+                             own):
+        specs[f"trait:{trait}"] = rng.choice(("required", "required", "forbidden"))
+    # numbered groups: mostly of the target's children
+    groups = rng.choice((0, 0, 0, 1, 1, 2, 3)) if children or rng.random() < 0.3 else 0
     for g in range(1, groups + 1):
-        what = rng.choice(("vgpu", "vgpu", "bw", "fpga", "vcpu"))
+        child = rng.choice(children) if children and rng.random() < 0.8 else None
+        if child is not None:
+            rc = rng.choice(sorted(child["inventories"]))
+            specs[f"resources{g}:{rc}"] = str(_amount_near(
+                rng, fleet, rc, child["inventories"][rc]["min_unit"]))
+            if child["traits"] and rng.random() < 0.5:
+                specs[f"trait{g}:{rng.choice(child['traits'])}"] = "required"
+            elif rng.random() < 0.2:
+                specs[f"trait{g}:{rng.choice(GPU_TRAITS + NIC_TRAITS)}"] = "forbidden"
+            continue
+        what = rng.choice(("vgpu", "bw", "fpga", "vcpu"))
         if what == "vgpu":
             specs[f"resources{g}:VGPU"] = str(_amount_near(rng, fleet, "VGPU", 1))
             if rng.random() < 0.4:
@@ -280,17 +311,20 @@ def make_request(rng: random.Random, fleet: dict) -> dict:
                     ("required", "forbidden"))
     if groups >= 2 or (groups == 1 and rng.random() < 0.3):
         specs["group_policy"] = rng.choice(("none", "isolate"))
-    if rng.random() < 0.15:
-        image["properties"][f"trait:{rng.choice(ROOT_TRAITS + ISOLATING)}"] = "required"
+    if rng.random() < 0.12:
+        trait = pick_traits(ROOT_TRAITS + ISOLATING, 1, own)[0]
+        image["properties"][f"trait:{trait}"] = "required"
     if rng.random() < 0.1:
         specs[f"trait:{rng.choice(ISOLATING)}"] = "required"
+    mine = [a["name"] for a in fleet["aggregates"] if target and target["name"] in a["hosts"]]
     aggs = [a["name"] for a in fleet["aggregates"]]
     if rng.random() < 0.25:
         member_of: list = []
         for _ in range(rng.randint(1, 2)):
-            chosen = rng.sample(aggs, rng.randint(1, len(aggs)))
-            if rng.random() < 0.25:
-                member_of.append("!" + chosen[0])
+            pool = mine if mine and rng.random() < 0.7 else aggs
+            chosen = rng.sample(pool, rng.randint(1, len(pool)))
+            if rng.random() < 0.2:
+                member_of.append("!" + rng.choice(aggs))
             else:
                 member_of.append(chosen if len(chosen) > 1 else chosen[0])
         request["member_of"] = member_of
