@@ -260,8 +260,9 @@ def make_request(rng: random.Random, fleet: dict) -> dict:
     elif kind < 0.2 or (kind < 0.4 and any("PCPU" in invs for _p, invs in providers)):
         specs["hw:cpu_policy"] = "dedicated"    # pinned CPUs
         flavor["vcpus"] = _amount_near(rng, fleet, "PCPU", rng.choice((1, 2, 4)))
-        if rng.random() < 0.3:
-            specs["hw:cpu_thread_policy"] = rng.choice(("require", "isolate", "prefer"))
+        if rng.random() < 0.5:
+            specs["hw:cpu_thread_policy"] = rng.choice(("require", "isolate", "isolate",
+                                                        "prefer"))
     elif kind < 0.25:
         specs["resources:DISK_GB"] = "0"        # boot from volume
     elif kind < 0.27:                           # asks nothing of the ledger
