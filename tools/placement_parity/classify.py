@@ -1,23 +1,32 @@
 """Which kind of difference a disagreement is.
 
-Each class Berth makes on purpose is recognised by asking Placement again with
-the one thing Berth does differently changed (a *what-if*): when Placement
-then agrees with Berth, that difference explains the case. The classes are
-documented in doc/source/reference/placement-differences.rst.
+Each class Berth makes on purpose is recognised from the request and, where
+Berth reads the request differently, by asking Placement again with the one
+thing Berth does differently changed (a *what-if*): when Placement then agrees
+with Berth, that difference explains the case. The classes are documented in
+doc/source/reference/placement-differences.rst.
 """
 from __future__ import annotations
 
+from tools.placement_parity.nova_request import query
+
 AGREE = "agree"
 UNEXPLAINED = "unexplained"
+INVALID = "invalid"
 
 #: hw:cpu_thread_policy=isolate: Nova forbids HW_CPU_HYPERTHREADING, Berth does not.
 ISOLATE_ON_SMT = "hw:cpu_thread_policy=isolate does not forbid HW_CPU_HYPERTHREADING"
+#: A request that asks no resource class: Placement refuses the query, Berth
+#: leaves the hosts to the other filters.
+NOTHING_ASKED = "a request asking no resources is not refused"
 
-ON_PURPOSE = frozenset({ISOLATE_ON_SMT})
+ON_PURPOSE = frozenset({ISOLATE_ON_SMT, NOTHING_ASKED})
 
 
 def classify(sides, fleet: dict, request: dict, theirs, mine) -> str:
     specs = request["flavor"].get("extra_specs", {})
+    if theirs == INVALID and mine != INVALID and query(fleet, request) is None:
+        return NOTHING_ASKED
     if (specs.get("hw:cpu_policy") == "dedicated"
             and specs.get("hw:cpu_thread_policy") == "isolate"):
         again, _mine, _ = sides.answers(fleet, request, isolate_forbids_ht=False)
