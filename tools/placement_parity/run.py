@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     examples: dict[str, list] = collections.defaultdict(list)
     unclaimable_cases = []
     reduced_per_class: collections.Counter = collections.Counter()
-    n = both_invalid = offered = 0
+    n = both_invalid = offered = hosts_asked = hosts_offered = 0
     dump = open(args.dump, "w") if args.dump else None     # noqa: SIM115
     try:
         for fleet, requests in make_cases(args.seed, args.requests, args.per_fleet):
@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                     both_invalid += 1
                 if theirs != INVALID:
                     offered += bool(theirs)
+                    hosts_asked += len(fleet["nodes"])
+                    hosts_offered += len(theirs)
                 diff = differing(theirs, mine)
                 if diff is None:
                     counts[classify.AGREE] += 1
@@ -147,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     unexplained = n - agree - explained
     print(f"{n} requests on {len(make_cases(args.seed, args.requests, args.per_fleet))} "
           f"fleets (seed {args.seed}), {time.monotonic() - started:.0f} s; "
-          f"Placement offered hosts for {offered}, both refused {both_invalid} as invalid")
+          f"Placement offered hosts for {offered}, both refused {both_invalid} as invalid; "
+          f"Placement offered {hosts_offered} of {hosts_asked} (request, host) pairs")
     print()
     print(f"  {'count':>6}  class")
     print(f"  {agree:6d}  agree (same set of hosts, or both refuse the request)")
