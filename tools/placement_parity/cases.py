@@ -260,9 +260,14 @@ def make_request(rng: random.Random, fleet: dict) -> dict:
     elif kind < 0.2 or (kind < 0.4 and any("PCPU" in invs for _p, invs in providers)):
         specs["hw:cpu_policy"] = "dedicated"    # pinned CPUs
         flavor["vcpus"] = _amount_near(rng, fleet, "PCPU", rng.choice((1, 2, 4)))
-        if rng.random() < 0.5:
+        if rng.random() < 0.2 and flavor["vcpus"] >= 2:
+            specs["hw:cpu_policy"] = "mixed"    # vCPU 0 shared, the others pinned
+            specs["hw:cpu_dedicated_mask"] = "^0"
+        elif rng.random() < 0.5:
             specs["hw:cpu_thread_policy"] = rng.choice(("require", "isolate", "isolate",
                                                         "prefer"))
+        if rng.random() < 0.25:
+            specs["hw:emulator_threads_policy"] = "isolate"
     elif kind < 0.25:
         specs["resources:DISK_GB"] = "0"        # boot from volume
     elif kind < 0.27:                           # asks nothing of the ledger

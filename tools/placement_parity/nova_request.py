@@ -8,7 +8,9 @@ written here from its documented behaviour:
 * ``resources[N]:CLASS=N`` make the groups' ``resources[N]`` (zeros dropped);
   the flavor's VCPU, MEMORY_MB and DISK_GB (root + ephemeral + swap rounded
   up to GB) are added to the unnumbered group for the classes no group names;
-  ``hw:cpu_policy=dedicated`` asks PCPU for the vCPUs instead of VCPU,
+  ``hw:cpu_policy=dedicated`` asks PCPU for the vCPUs instead of VCPU
+  (``mixed``: PCPU for the vCPUs of ``hw:cpu_dedicated_mask``, VCPU for the
+  others; ``hw:emulator_threads_policy=isolate`` one PCPU more),
   ``hw:cpu_thread_policy=require`` requires HW_CPU_HYPERTHREADING and
   ``isolate`` forbids it;
 * ``trait:NAME=required|forbidden`` and image ``trait:NAME=required`` make the
@@ -83,9 +85,17 @@ def _groups(request: dict, isolate_forbids_ht: bool):
                     named.add(name)
                 else:
                     g["required" if value == "required" else "forbidden"].add(name)
-    if specs.get("hw:cpu_policy") == "dedicated":
-        un["resources"]["PCPU"] = flavor["vcpus"]
+    cpu_policy = specs.get("hw:cpu_policy")
+    if cpu_policy in ("dedicated", "mixed"):
+        pinned = flavor["vcpus"]
+        if cpu_policy == "mixed":       # the cases' only mask: "^0"
+            assert specs.get("hw:cpu_dedicated_mask") == "^0"
+            pinned -= 1
+        emulator = specs.get("hw:emulator_threads_policy") == "isolate"
+        un["resources"]["PCPU"] = pinned + emulator
         un["resources"].pop("VCPU", None)
+        if flavor["vcpus"] > pinned:
+            un["resources"]["VCPU"] = flavor["vcpus"] - pinned
         thread = specs.get("hw:cpu_thread_policy")
         if thread == "require":
             un["required"].add("HW_CPU_HYPERTHREADING")
