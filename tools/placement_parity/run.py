@@ -12,10 +12,11 @@ into Berth (``berth_side.py``). For every request the set of root providers
 Placement's ``GET /allocation_candidates`` offers is compared with the set of
 hosts Berth's filters pass; a request both refuse as invalid agrees.
 
-Every disagreement is reduced to a minimal case (one node, as few providers,
-traits, aggregates, usages and extra specs as still disagree) and put in one
-class (``classify.py``): a difference Berth makes on purpose (documented in
-doc/source/reference/placement-differences.rst), or ``unexplained``. Berth's
+Every disagreement is put in one class (``classify.py``): a difference Berth
+makes on purpose (documented in doc/source/reference/placement-differences.rst),
+or ``unexplained``; the first ``--reduce`` of each class are reduced to a
+minimal case (one node, as few providers, traits, aggregates, usages and extra
+specs as still disagree the same way). Berth's
 filters and the assignment its claim writes are also compared on every host
 the filters pass.
 
