@@ -29,6 +29,7 @@ import argparse
 import collections
 import json
 import logging
+import multiprocessing
 import os
 import sys
 import time
@@ -102,54 +103,42 @@ def main(argv: list[str] | None = None) -> int:
                         help="least agreement (%%) counting the documented differences "
                              "as agreement")
     parser.add_argument("--dump", help="write every disagreement (JSON lines) here")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="processes, each with its own Placement and Berth, sharing "
+                             "the fleets")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
-    sides = Sides()
+    fleets = len(make_cases(args.seed, args.requests, args.per_fleet))
+    shares = [(args, list(range(j, fleets, args.jobs))) for j in range(args.jobs)]
+    if args.jobs == 1:
+        results = [_work(shares[0])]
+    else:
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            results = pool.map(_work, shares)
     counts: collections.Counter = collections.Counter()
     examples: dict[str, list] = collections.defaultdict(list)
     unclaimable_cases = []
-    reduced_per_class: collections.Counter = collections.Counter()
-    n = both_invalid = offered = hosts_asked = hosts_offered = 0
-    dump = open(args.dump, "w") if args.dump else None     # noqa: SIM115
-    try:
-        for fleet, requests in make_cases(args.seed, args.requests, args.per_fleet):
-            for request in requests:
-                n += 1
-                theirs, mine, unclaimable = sides.answers(fleet, request)
-                if unclaimable:
-                    unclaimable_cases.append((fleet, request, sorted(unclaimable)))
-                if theirs == INVALID and mine == INVALID:
-                    both_invalid += 1
-                if theirs != INVALID:
-                    offered += bool(theirs)
-                    hosts_asked += len(fleet["nodes"])
-                    hosts_offered += len(theirs)
-                diff = differing(theirs, mine)
-                if diff is None:
-                    counts[classify.AGREE] += 1
-                    continue
-                which = classify.classify(sides, fleet, request, theirs, mine)
-                counts[which] += 1
-                if dump:
-                    dump.write(json.dumps({"class": which, "fleet": fleet, "request": request,
-                                           "placement": _show(theirs),
-                                           "berth": _show(mine)}) + "\n")
-                if reduced_per_class[which] < args.reduce:
-                    reduced_per_class[which] += 1
-                    small = reduce.minimal(sides, fleet, request, diff)
-                    examples[which].append(small)
-                sides.load(fleet)
-    finally:
-        sides.close()
-        if dump:
-            dump.close()
+    tally: collections.Counter = collections.Counter()
+    for result in results:
+        counts.update(result["counts"])
+        tally.update(result["tally"])
+        unclaimable_cases.extend(result["unclaimable"])
+        for which, found in result["examples"].items():
+            examples[which].extend(found)
+    if args.dump:
+        with open(args.dump, "w") as dump:
+            for result in results:
+                dump.writelines(result["dump"])
+    n = tally["requests"]
+    offered, both_invalid = tally["offered"], tally["both_invalid"]
+    hosts_asked, hosts_offered = tally["hosts_asked"], tally["hosts_offered"]
 
     agree = counts[classify.AGREE]
     explained = sum(c for which, c in counts.items() if which in classify.ON_PURPOSE)
     unexplained = n - agree - explained
-    print(f"{n} requests on {len(make_cases(args.seed, args.requests, args.per_fleet))} "
-          f"fleets (seed {args.seed}), {time.monotonic() - started:.0f} s; "
+    print(f"{n} requests on {fleets} fleets (seed {args.seed}), "
+          f"{time.monotonic() - started:.0f} s with {args.jobs} job(s); "
           f"Placement offered hosts for {offered}, both refused {both_invalid} as invalid; "
           f"Placement offered {hosts_offered} of {hosts_asked} (request, host) pairs")
     print()
@@ -173,6 +162,48 @@ def main(argv: list[str] | None = None) -> int:
     ok = (unexplained == 0 and not unclaimable_cases
           and 100 * (agree + explained) / n >= args.target)
     return 0 if ok else 1
+
+
+def _work(share) -> dict:
+    """Ask both sides every request of some of the fleets (one process)."""
+    args, indexes = share
+    cases = make_cases(args.seed, args.requests, args.per_fleet)
+    sides = Sides()
+    counts: collections.Counter = collections.Counter()
+    tally: collections.Counter = collections.Counter()
+    examples: dict[str, list] = collections.defaultdict(list)
+    unclaimable_cases: list = []
+    dump: list[str] = []
+    try:
+        for index in indexes:
+            fleet, requests = cases[index]
+            for request in requests:
+                tally["requests"] += 1
+                theirs, mine, unclaimable = sides.answers(fleet, request)
+                if unclaimable:
+                    unclaimable_cases.append((fleet, request, sorted(unclaimable)))
+                if theirs == INVALID and mine == INVALID:
+                    tally["both_invalid"] += 1
+                if theirs != INVALID:
+                    tally["offered"] += bool(theirs)
+                    tally["hosts_asked"] += len(fleet["nodes"])
+                    tally["hosts_offered"] += len(theirs)
+                diff = differing(theirs, mine)
+                if diff is None:
+                    counts[classify.AGREE] += 1
+                    continue
+                which = classify.classify(sides, fleet, request, theirs, mine)
+                counts[which] += 1
+                dump.append(json.dumps({"class": which, "fleet": fleet, "request": request,
+                                        "placement": _show(theirs),
+                                        "berth": _show(mine)}) + "\n")
+                if len(examples[which]) < args.reduce:
+                    examples[which].append(reduce.minimal(sides, fleet, request, diff))
+                sides.load(fleet)
+    finally:
+        sides.close()
+    return {"counts": counts, "tally": tally, "examples": dict(examples),
+            "unclaimable": unclaimable_cases, "dump": dump}
 
 
 def _show(answer):
