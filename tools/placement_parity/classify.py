@@ -8,7 +8,7 @@ doc/source/reference/placement-differences.rst.
 """
 from __future__ import annotations
 
-from tools.placement_parity.nova_request import query
+from tools.placement_parity.nova_request import asks_only_numbered, query
 
 AGREE = "agree"
 UNEXPLAINED = "unexplained"
@@ -20,7 +20,12 @@ ISOLATE_ON_SMT = "hw:cpu_thread_policy=isolate does not forbid HW_CPU_HYPERTHREA
 #: leaves the hosts to the other filters.
 NOTHING_ASKED = "a request asking no resources is not refused"
 
-ON_PURPOSE = frozenset({ISOLATE_ON_SMT, NOTHING_ASKED})
+#: A request of numbered groups only: Berth applies member_of and isolated
+#: aggregates to the host; Placement matches each numbered group's provider
+#: itself (a child is not in its root's aggregates).
+NUMBERED_AGGREGATES = "aggregates of a numbered-groups-only request apply to the host"
+
+ON_PURPOSE = frozenset({ISOLATE_ON_SMT, NOTHING_ASKED, NUMBERED_AGGREGATES})
 
 
 def classify(sides, fleet: dict, request: dict, theirs, mine) -> str:
@@ -32,4 +37,8 @@ def classify(sides, fleet: dict, request: dict, theirs, mine) -> str:
         again, _mine, _ = sides.answers(fleet, request, isolate_forbids_ht=False)
         if again == mine:
             return ISOLATE_ON_SMT
+    if asks_only_numbered(request):
+        again, _mine, _ = sides.answers(fleet, request, aggregates_on_host=True)
+        if again == mine:
+            return NUMBERED_AGGREGATES
     return UNEXPLAINED

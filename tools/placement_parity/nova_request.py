@@ -17,10 +17,10 @@ written here from its documented behaviour:
   unnumbered ``required``; numbered groups ``resourcesN``/``requiredN``;
   ``group_policy``;
 * ``member_of`` entries as ``member_of=in:...`` and ``member_of=!in:...`` of the
-  unnumbered group (of every numbered group when the unnumbered one asks no
-  resources: a child is in its root's aggregates), plus the aggregates Nova's
-  ``isolate_aggregates`` request filter forbids (metadata
-  ``trait:NAME=required`` whose traits the request does not all require);
+  unnumbered group (``member_ofN`` of every numbered group when the unnumbered
+  one asks no resources), plus the aggregates Nova's ``isolate_aggregates``
+  request filter forbids (metadata ``trait:NAME=required`` whose traits the
+  request does not all require);
 * when the unnumbered group has traits but no resources (a request made only
   of numbered groups), its traits are ``root_required``: the microversion that
   allows resourceless groups asks them to be named in ``same_subtree``, and
@@ -116,8 +116,38 @@ def _groups(request: dict, isolate_forbids_ht: bool):
     return groups, policy
 
 
+def host_aggregates_ok(fleet: dict, request: dict, host: str, *, isolation: bool = True
+                       ) -> bool:
+    """Whether ``host`` (a root) meets the request's aggregates as Berth reads
+    them: ``member_of`` and the isolated aggregates apply to the host."""
+    inside = {a["name"] for a in fleet["aggregates"] if host in a["hosts"]}
+    for entry in request.get("member_of", []) or []:
+        listed = [entry] if isinstance(entry, str) else entry
+        if listed[0].startswith("!"):
+            if inside & {n[1:] for n in listed}:
+                return False
+        elif not inside & set(listed):
+            return False
+    if isolation:
+        groups, _policy = _groups(request, True)
+        required_all = set().union(*(g["required"] for g in groups.values()))
+        for agg in fleet["aggregates"]:
+            wanted = {k[len("trait:"):] for k, v in agg["metadata"].items()
+                      if k.startswith("trait:") and v == "required"}
+            if host in agg["hosts"] and wanted - required_all:
+                return False
+    return True
+
+
+def asks_only_numbered(request: dict) -> bool:
+    """Whether the unnumbered group asks no resource (and some numbered one does)."""
+    groups, _policy = _groups(request, True)
+    return not groups[""]["resources"] and any(g["resources"] for s, g in groups.items() if s)
+
+
 def query(fleet: dict, request: dict, *, isolation: bool = True,
-          isolate_forbids_ht: bool = True) -> list[tuple[str, str]] | None:
+          isolate_forbids_ht: bool = True, numbered_aggregates: bool = True
+          ) -> list[tuple[str, str]] | None:
     """The query string Nova would send (a list of pairs), None if nothing is asked."""
     groups, policy = _groups(request, isolate_forbids_ht)
     names = {a["name"]: uuid_of("agg:" + a["name"]) for a in fleet["aggregates"]}
@@ -157,7 +187,7 @@ def query(fleet: dict, request: dict, *, isolation: bool = True,
     # The aggregates of the host: on the unnumbered group, or, when it asks
     # nothing, on every numbered group (a child is in its root's aggregates).
     suffixes = [""] if un["resources"] else [s for s, g in sorted(groups.items())
-                                             if s and g["resources"]]
+                                             if s and g["resources"] and numbered_aggregates]
     for suffix in suffixes:
         params.extend((f"member_of{suffix}", value) for value in aggs)
     numbered = sum(1 for s, g in groups.items() if s and g["resources"])

@@ -23,7 +23,13 @@ from oslo_policy import opts as policy_opts
 from placement import conf as placement_conf
 from placement import db_api, direct
 
-from tools.placement_parity.nova_request import query, root_inventories, uuid_of
+from tools.placement_parity.nova_request import (
+    asks_only_numbered,
+    host_aggregates_ok,
+    query,
+    root_inventories,
+    uuid_of,
+)
 
 logging.getLogger("placement").setLevel(logging.CRITICAL)
 
@@ -143,9 +149,14 @@ class Placement:
 
     # -- a request -----------------------------------------------------------------------
     def candidates(self, fleet: dict, request: dict, *, isolation: bool = True,
-                   isolate_forbids_ht: bool = True) -> frozenset[str]:
+                   isolate_forbids_ht: bool = True, aggregates_on_host: bool = False
+                   ) -> frozenset[str]:
+        """``aggregates_on_host``: for a request of numbered groups only, leave
+        the aggregates out of the query and keep the roots that meet them
+        (Berth's reading) instead."""
+        on_host = aggregates_on_host and asks_only_numbered(request)
         params = query(fleet, request, isolation=isolation,
-                       isolate_forbids_ht=isolate_forbids_ht)
+                       isolate_forbids_ht=isolate_forbids_ht, numbered_aggregates=not on_host)
         if params is None:
             raise Refused("no resources asked (Placement needs at least one group)")
         needed = {n for k, v in params if k.startswith(("required", "root_required"))
@@ -164,4 +175,7 @@ class Placement:
         for areq in resp.json()["allocation_requests"]:
             for rp in areq["allocations"]:
                 roots.add(self.root_name[rp])
+        if on_host:
+            roots = {r for r in roots
+                     if host_aggregates_ok(fleet, request, r, isolation=isolation)}
         return frozenset(roots)
