@@ -101,6 +101,7 @@ def test_usage_is_what_live_instances_hold(sched, steps):
     live: dict[str, tuple[str, int, int, bool]] = {}    # uuid -> host, vcpus, prio, preemptible
     preempted: dict[str, tuple[str, int]] = {}          # uuid -> host, vcpus
     made: list[str] = []
+    gone: set[str] = set()      # released: a release sent again answers True (remembered)
     for step in steps:
         if step[0] == "place":
             _, vcpus, priority, preemptible, allow = step
@@ -123,7 +124,9 @@ def test_usage_is_what_live_instances_hold(sched, steps):
                 continue
             inst = made[step[1] % len(made)]
             released = sched.release(inst)
-            assert released == (inst in live or inst in preempted)
+            assert released == (inst in live or inst in preempted or inst in gone)
+            if inst in live or inst in preempted:
+                gone.add(inst)
             live.pop(inst, None)
             preempted.pop(inst, None)
         used, rows, in_db = _ledger(db)
