@@ -452,24 +452,38 @@ def release(db: Database, instance_uuid: str, *,
         return _release_locked(conn, alloc, kind)
 
 
-def _release_preempted(conn, alloc, kind: str | None = None) -> Released:
-    """Forget a preempted consumer: its room was handed over when it was
-    preempted, so nothing is given back and the node does not change;
-    remembered as a transition of ``kind`` like any release."""
+def _delete_consumer(conn, alloc) -> str | None:
+    """Delete the consumer ``alloc`` and its allocation rows (and its request
+    spec when no other consumer shares it); the spec's text."""
     conn.execute(_DELETE_ITEMS, {"b_id": alloc["id"]})
     conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
-    spec_text = alloc["request_spec"]
-    if alloc["request_spec_id"] is not None:
-        spec_text = alloc["shared_spec"]
-        conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
-    host = conn.execute(sa.select(_cn.c.host).where(
-        _cn.c.id == alloc["compute_node_id"])).scalar() or ""
+    if alloc["request_spec_id"] is None:
+        return alloc["request_spec"]
+    conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
+    return alloc["shared_spec"]
+
+
+def _remember(conn, alloc, kind: str | None, host: str, spec_text: str | None,
+              now: datetime.datetime) -> None:
+    """Record the consumer's release as a transition of ``kind`` (None: not
+    remembered); a reschedule keeps the request it places again."""
     if kind is not None:
         transitions.record(conn, consumer_uuid=alloc["uuid"],
                            instance_uuid=alloc["instance_uuid"], kind=kind,
                            node_id=alloc["compute_node_id"], host=host,
                            project_id=alloc["project_id"],
-                           request_spec=spec_text if kind == "rescheduled" else None)
+                           request_spec=spec_text if kind == "rescheduled" else None,
+                           now=now)
+
+
+def _release_preempted(conn, alloc, kind: str | None = None) -> Released:
+    """Forget a preempted consumer: its room was handed over when it was
+    preempted, so nothing is given back and the node does not change;
+    remembered as a transition of ``kind`` like any release."""
+    spec_text = _delete_consumer(conn, alloc)
+    host = conn.execute(sa.select(_cn.c.host).where(
+        _cn.c.id == alloc["compute_node_id"])).scalar() or ""
+    _remember(conn, alloc, kind, host, spec_text, models.utcnow())
     return Released(instance_uuid=alloc["uuid"], node_id=alloc["compute_node_id"], host=host,
                     amounts=(), numa_cells=None, pci_addresses=(), request_spec=spec_text,
                     instance_group=alloc["instance_group"], preempted=True)
@@ -487,12 +501,7 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
     if alloc["pci_devices"]:
         addresses = tuple(db_pci.release_devices(conn, uuid))
     amounts = tuple((p, rc, n) for p, rc, n in conn.execute(_ITEMS_OF, {"b_id": alloc["id"]}))
-    conn.execute(_DELETE_ITEMS, {"b_id": alloc["id"]})
-    conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
-    spec_text = alloc["request_spec"]
-    if alloc["request_spec_id"] is not None:
-        spec_text = alloc["shared_spec"]
-        conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
+    spec_text = _delete_consumer(conn, alloc)
     pools = db_pci.pools_for_nodes(conn, [node_id]).get(node_id, ()) if addresses else None
     if amounts:
         _give_back(conn, amounts)
@@ -505,12 +514,7 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
         conn.execute(_RELEASE_WITH_NUMA, params)
     else:
         conn.execute(_RELEASE, params)
-    if kind is not None:
-        transitions.record(conn, consumer_uuid=uuid, instance_uuid=alloc["instance_uuid"],
-                           kind=kind, node_id=node_id, host=node["host"],
-                           project_id=alloc["project_id"],
-                           request_spec=spec_text if kind == "rescheduled" else None,
-                           now=params["b_now"])
+    _remember(conn, alloc, kind, node["host"], spec_text, params["b_now"])
     return Released(instance_uuid=uuid, node_id=node_id, host=node["host"],
                     amounts=amounts, numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=spec_text,
