@@ -204,13 +204,14 @@ class ResourceColumns:
         if self._memo:
             self._memo = {}
 
-    def _derived(self, key: Hashable, make) -> np.ndarray:
+    def _derived(self, key: Hashable, make) -> Any:
         stamp, memo = self._stamp, self._memo
         hit = memo.get(key)
         if hit is not None and hit[0] == stamp:
             return hit[1]
         value = make()
-        value.flags.writeable = False
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
         if self._stamp == stamp:
             if len(memo) >= self.MEMO_SIZE:
                 memo.clear()
@@ -226,6 +227,36 @@ class ResourceColumns:
         """(n, k): where one allocation of ``amount`` is within the unit limits."""
         return self._derived(("unit_ok", amount), lambda: inventory.unit_ok(
             amount, self.min_unit, self.max_unit, self.step_size))
+
+    def lacking(self) -> np.ndarray:
+        """(n,): rows whose tree has no inventory of the class."""
+        return self._derived("lacking", lambda: ~self.present.any(axis=1))
+
+    def unit_breaks(self, amount: int, root_only: bool = False
+                    ) -> tuple[tuple[str, np.ndarray], ...]:
+        """Per unit limit one allocation of ``amount`` breaks on some row
+        (``below min_unit``, ...): the rows where every present slot (the
+        root's only, with ``root_only``) breaks it. Limits no row breaks are
+        left out, so the usual request costs a lookup."""
+        return self._derived(("unit_breaks", amount, root_only),
+                             lambda: self._unit_breaks(amount, root_only))
+
+    def _unit_breaks(self, amount: int, root_only: bool):
+        cols = slice(0, 1) if root_only else slice(None)
+        present = self.present[:, cols]
+        ok = self.unit_ok(amount)[:, cols]
+        if not (present & ~ok).any():
+            return ()
+        out = []
+        for text, broken in (("below min_unit", amount < self.min_unit[:, cols]),
+                             ("above max_unit", amount > self.max_unit[:, cols]),
+                             ("not a multiple of step_size",
+                              amount % self.step_size[:, cols] != 0)):
+            rows = (present & broken).any(axis=1) & ~(present & ~broken).any(axis=1)
+            if rows.any():
+                rows.flags.writeable = False
+                out.append((text, rows))
+        return tuple(out)
 
     def admits(self, amount: int, ratio: np.ndarray | None = None) -> np.ndarray:
         """(n, k): where one provider's inventory takes ``amount`` more

@@ -153,17 +153,11 @@ def _trait_refusals(cols, required, forbidden, rows: np.ndarray):
     return out
 
 
-def _unit_refusals(res, rc: str, amount: int, rows: np.ndarray, cols: slice):
-    """Rows where every present slot (of ``cols``) breaks one unit limit."""
-    present = res.present[:, cols]
-    out = []
-    for text, broken in ((f"{rc} {amount} below min_unit", amount < res.min_unit[:, cols]),
-                         (f"{rc} {amount} above max_unit", amount > res.max_unit[:, cols]),
-                         (f"{rc} {amount} not a multiple of step_size",
-                          amount % res.step_size[:, cols] != 0)):
-        out.append((text, rows & (present & broken).any(axis=1)
-                    & ~(present & ~broken).any(axis=1)))
-    return out
+def _unit_refusals(res, rc: str, amount: int, rows: np.ndarray, root_only: bool = False):
+    """Rows where every present slot (the root's only, with ``root_only``)
+    breaks one unit limit."""
+    return [(f"{rc} {amount} {text}", rows & broken)
+            for text, broken in res.unit_breaks(amount, root_only)]
 
 
 def _tree_refusals(cols, rr: ResourceRequest, skip: frozenset[str], rows: np.ndarray):
@@ -175,8 +169,8 @@ def _tree_refusals(cols, rr: ResourceRequest, skip: frozenset[str], rows: np.nda
         if rc in skip:
             continue
         res = cols.resources(rc)
-        out.append((f"no {rc} inventory", rows & ~res.present.any(axis=1)))
-        out.extend(_unit_refusals(res, rc, amount, rows, slice(None)))
+        out.append((f"no {rc} inventory", rows & res.lacking()))
+        out.extend(_unit_refusals(res, rc, amount, rows))
         out.append((provider_tree.insufficient(rc, amount),
                     rows & ~res.admits(amount).any(axis=1)))
     return out
@@ -197,7 +191,6 @@ def _root_refusals(cols, rr: ResourceRequest, skip: frozenset[str], rows: np.nda
         for rc, amount in g.resources:
             parts.setdefault(rc, []).append(amount)
     out = _trait_refusals(cols, required, forbidden, rows)
-    root = slice(0, 1)
     for rc, amounts in parts.items():
         if rc in skip:
             continue
@@ -206,7 +199,7 @@ def _root_refusals(cols, rr: ResourceRequest, skip: frozenset[str], rows: np.nda
         out.append((f"no {rc} inventory", rows & ~res.present[:, 0]))
         # each group's amount, and their sum: claimed as one allocation
         for amount in dict.fromkeys([*amounts, total]):
-            out.extend(_unit_refusals(res, rc, amount, rows, root))
+            out.extend(_unit_refusals(res, rc, amount, rows, root_only=True))
         out.append((provider_tree.insufficient(rc, total),
                     rows & ~inventory.fits(res.root("used"), total, res.root("total"),
                                            res.root("reserved"),
