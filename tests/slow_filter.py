@@ -4,7 +4,9 @@ others of its worker for longer than the deadline).
 
 A per-host filter (no classes, no vector form): a request whose flavor asks for
 ``test:burn_us`` has every host's ``host_passes`` burn that many microseconds of
-CPU, then pass (``test:refuse``: refuse). Any other request skips it, so a cheap
+CPU, then pass (``test:refuse``: refuse); ``test:sleep_us`` sleeps that long
+instead (a green sleep under eventlet: a slow request that lets the worker's
+other green threads run). Any other request skips it, so a cheap
 request on the same scheduler stays cheap. The functional test registers it
 under ``berth.scheduler.filters`` as a third party would: a distribution with an
 entry point (:func:`write_distribution`).
@@ -24,16 +26,18 @@ class SlowTestFilter(BaseHostFilter):
 
     def prepare(self, request):
         extra = request.spec.flavor.extra_specs
-        burn = extra.get("test:burn_us")
-        if burn is None:
+        burn, sleep = extra.get("test:burn_us"), extra.get("test:sleep_us")
+        if burn is None and sleep is None:
             return SKIP
-        return int(burn) / 1e6, extra.get("test:refuse") == "true"
+        return int(burn or 0) / 1e6, int(sleep or 0) / 1e6, extra.get("test:refuse") == "true"
 
     def host_passes(self, host, state):
-        seconds, refuse = state
-        end = time.perf_counter() + seconds
+        burn, sleep, refuse = state
+        end = time.perf_counter() + burn
         while time.perf_counter() < end:
             pass
+        if sleep:
+            time.sleep(sleep)
         return "refused by the slow test filter" if refuse else None
 
 

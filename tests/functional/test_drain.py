@@ -7,6 +7,11 @@ answered (by the other daemon), quickly. Before,
 the draining daemon's consumers stayed registered until its drain was over:
 the broker kept handing them their share of the calls, which waited, unread,
 until the callers timed out.
+
+Both concurrency backends: with threads the slow request burns CPU; with
+eventlet (the default) it sleeps per host, green, as a filter waiting on I/O
+would (a CPU-bound filter holds eventlet's hub, and the drain with it, until it
+yields).
 """
 from __future__ import annotations
 
@@ -25,22 +30,27 @@ from tests.functional.daemon import Daemon, small_fleet
 SMALL = {"flavor": {"vcpus": 1, "memory_mb": 512, "root_gb": 1}}
 CONFIG = (f"[filter_scheduler]\nenabled_filters = ComputeFilter,RamFilter,"
           f"{slow_filter.ENTRY_POINT}\n[scheduler]\nrequest_timeout = 40\n")
-#: 8 hosts x 1.5 s of CPU: a request that keeps the first daemon draining ~12 s
-SLOW = {"flavor": dict(SMALL["flavor"], extra_specs={"test:burn_us": "1500000"})}
+#: 8 hosts x 1.5 s of CPU (or of green sleep): a request that keeps the first
+#: daemon draining ~12 s
+SLOW = {"threading": {"flavor": dict(SMALL["flavor"], extra_specs={"test:burn_us": "1500000"})},
+        "eventlet": {"flavor": dict(SMALL["flavor"], extra_specs={"test:sleep_us": "1500000"})}}
 CALL_TIMEOUT = 3
 
 
-@pytest.fixture(params=["sigterm", "supervisor killed"])
+@pytest.fixture(params=[("sigterm", "threading"), ("supervisor killed", "threading"),
+                        ("sigterm", "eventlet"), ("supervisor killed", "eventlet")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def two_daemons(tmp_path, request):
+    fault, backend = request.param
     plugins = slow_filter.write_distribution(tmp_path / "plugins")
     fleet = small_fleet(n=8, vcpus=256, memory_mb=400000)
-    # threads: the first daemon's CPU-bound request does not hold its other calls;
     # "supervisor killed": two workers, and their supervisor is SIGKILLed
     first = Daemon(tmp_path, fleet=fleet, pythonpath=plugins, extra=CONFIG,
-                   backend="threading", workers=1 if request.param == "sigterm" else 2)
-    first.fault = request.param
+                   backend=backend, workers=1 if fault == "sigterm" else 2)
+    first.fault = fault
+    first.slow = SLOW[backend]
     second = Daemon(tmp_path, share_with=first, pythonpath=plugins, extra=CONFIG,
-                    backend="threading")
+                    backend=backend)
     try:
         first.start()
         yield first, second
@@ -60,7 +70,7 @@ def test_a_draining_daemon_hands_its_queue_to_the_other(two_daemons):
 
     def slow() -> None:
         try:
-            slow_answers.append(slow_api.select_destinations(None, SLOW)[0][0]["host"])
+            slow_answers.append(slow_api.select_destinations(None, first.slow)[0][0]["host"])
         except exception.BerthError as e:
             slow_answers.append(e)
     slow_threads = [threading.Thread(target=slow)]
