@@ -73,6 +73,16 @@ def _admits_by_hand(hs, rc: str, amount: int) -> bool:
         for slot in tree.by_class.get(rc, ()))
 
 
+def _unit_breaks_by_hand(hs, rc: str, amount: int) -> set[str]:
+    """The unit limits that every inventory of ``rc`` in the host's tree breaks."""
+    def broken(inv) -> set[str]:
+        return ({"below min_unit"} if amount < inv.min_unit else set()) | \
+            ({"above max_unit"} if amount > inv.max_unit else set()) | \
+            ({"not a multiple of step_size"} if amount % inv.step_size else set())
+    each = [broken(hs.tree.slot_inventory(slot)) for slot in hs.tree.by_class.get(rc, ())]
+    return set.intersection(*each) if each else set()
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_resource_columns_follow_usage_and_inventory_changes(seed):
     """What the columns remember of the inventories (usable, unit limits per
@@ -93,6 +103,13 @@ def test_resource_columns_follow_usage_and_inventory_changes(seed):
                 got = res.admits(amount).any(axis=1)
                 want = [_admits_by_hand(hs, rc, amount) for hs in cols.hosts]
                 assert got.tolist() == want, (rc, amount)
+                # the refusals by unit limit, remembered per amount: only the
+                # limits some row breaks, each with exactly its rows
+                breaks = dict(res.unit_breaks(amount))
+                for i, hs in enumerate(cols.hosts):
+                    assert {t for t, rows in breaks.items() if rows[i]} == \
+                        _unit_breaks_by_hand(hs, rc, amount), (rc, amount, hs.host)
+                assert all(rows.any() for rows in breaks.values()), (rc, amount)
 
     check()
     for _round in range(4):
