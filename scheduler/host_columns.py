@@ -440,7 +440,7 @@ class HostColumns:
 
     def _root_usable(self, rc: str) -> np.ndarray:
         res = self.resources(rc)
-        return res.root("total") - res.root("reserved")
+        return res._derived("root_usable", lambda: res.root("total") - res.root("reserved"))
 
     vcpus = property(lambda self: self.resources(VCPU).root("total"))
     vcpus_used = property(lambda self: self.resources(VCPU).root("used"))
