@@ -9,6 +9,7 @@ rsync is missing. Nothing of the shared MariaDB on port 3306 is touched.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -21,7 +22,29 @@ PROVIDER = "/usr/lib/galera/libgalera_smm.so"
 MARIADBD = "/usr/sbin/mariadbd"
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port() -> int:
+    """A free port below the kernel's ephemeral range: a port the kernel hands
+    out to outgoing connections can be taken between this pick and the node's
+    bind (under load, a node's group-communication port was), one below the
+    range cannot."""
+    rng = random.Random()
+    high = max(_ephemeral_low(), 12000)
+    for _ in range(200):
+        port = rng.randrange(10000, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

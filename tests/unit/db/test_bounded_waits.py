@@ -55,7 +55,9 @@ def test_a_hung_database_fails_a_write_within_the_budget(black_hole, waits):
     assert spent < 2.0 + 1.0 + 1.5, spent
 
 
-def test_retries_stop_at_max_tries_and_a_later_success_returns():
+def test_retries_stop_at_max_tries_and_a_later_success_returns(monkeypatch):
+    monkeypatch.setattr(db_api, "FIRST_SLEEP", 0.001)
+    monkeypatch.setattr(db_api, "MAX_SLEEP", 0.001)
     calls = []
 
     @db_api.retry_on_deadlock
@@ -76,6 +78,30 @@ def test_retries_stop_at_max_tries_and_a_later_success_returns():
     with pytest.raises(db_exc.DBDeadlock):
         always()
     assert len(calls) == db_api.MAX_TRIES
+
+
+def test_retries_stop_when_the_budget_is_spent(monkeypatch):
+    """The budget ends the retries before the cap: no new try once sleeping
+    would pass it."""
+    from oslo_config import cfg
+
+    monkeypatch.setattr(db_api, "FIRST_SLEEP", 0.02)
+    monkeypatch.setattr(db_api, "MAX_SLEEP", 0.02)
+    cfg.CONF.set_override("retry_budget", 0.1, group="database")
+    calls = []
+
+    @db_api.retry_on_deadlock
+    def always():
+        calls.append(time.monotonic())
+        raise db_exc.DBDeadlock()
+
+    try:
+        with pytest.raises(db_exc.DBDeadlock):
+            always()
+    finally:
+        cfg.CONF.clear_override("retry_budget", group="database")
+    assert 3 <= len(calls) < db_api.MAX_TRIES, len(calls)
+    assert calls[-1] - calls[0] <= 0.1 + 0.05
 
 
 def test_the_timeouts_are_added_to_mysql_urls():
