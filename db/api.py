@@ -21,6 +21,7 @@ from oslo_config import cfg
 from oslo_db import exception as db_exc
 from oslo_db import options as db_options
 from oslo_db.sqlalchemy import enginefacade
+from sqlalchemy import event as sa_event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
@@ -192,6 +193,24 @@ FIRST_SLEEP, MAX_SLEEP = 0.05, 1.0
 #: Called with the operation's name whenever a retried operation meets a
 #: deadlock or a lost connection (the scheduler counts them in its metrics).
 retry_listeners: list = []
+
+
+#: Galera's answer when the node has left the cluster's primary component
+#: (partitioned, or frozen long enough to be evicted): nothing was written,
+#: and another node (or this one, once it rejoins) takes the same statement.
+_NOT_PRIMARY = (1180, "Primary Component")
+
+
+@sa_event.listens_for(Engine, "handle_error")
+def _galera_not_primary(ctx) -> None:
+    """A write refused by a Galera node without quorum is a lost connection for
+    the retries and the callers (oslo.db already counts error 1047, a node not
+    ready for statements, as one), not an unexpected error: it runs before
+    oslo.db's own handler (class-level listeners first), which then raises
+    DBConnectionError for it."""
+    args = getattr(ctx.original_exception, "args", ())
+    if len(args) >= 2 and args[0] == _NOT_PRIMARY[0] and _NOT_PRIMARY[1] in str(args[1]):
+        ctx.is_disconnect = True
 
 
 def retry_on_deadlock(fn):
