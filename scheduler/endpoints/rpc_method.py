@@ -4,8 +4,10 @@ Berth's own errors (``InvalidRequest``, ``NoValidHost``, ``NotFound``,
 ``Conflict`` ...) are expected outcomes: oslo.messaging sends them to the caller
 as the same types and logs them at DEBUG, not as server tracebacks. A database
 that does not answer is one of them (``ServiceUnavailable``, logged once per
-outage). Anything else is a fault: logged with its traceback, answered with an
-``InternalError`` that names the request id and nothing else.
+outage), and so are lock conflicts that outlast ``[database] retry_budget``
+(``ServiceUnavailable``, a WARNING without traceback). Anything else is a
+fault: logged with its traceback, answered with an ``InternalError`` that
+names the request id and nothing else.
 """
 from __future__ import annotations
 
@@ -154,6 +156,16 @@ def rpc_method(method: Callable) -> Callable:
             if _unreachable(e):
                 OUTAGE.failed(e)
                 error = exception.ServiceUnavailable(reason="the database does not answer")
+            elif isinstance(e, db_exc.DBDeadlock):
+                # lock conflicts (Galera certification, lock wait timeouts)
+                # that outlasted [database] retry_budget: rolled back, nothing
+                # done; the database answers, it is busy
+                LOG.warning("%s gave up after lock conflicts outlasted [database] "
+                            "retry_budget (request %s): %s", name,
+                            getattr(ctxt, "request_id", None), str(e).splitlines()[0][:200])
+                error = exception.ServiceUnavailable(
+                    reason="the database is busy with conflicting writes; nothing was "
+                           "done, send the call again")
             else:
                 error = _internal(name, ctxt)
         except Exception:

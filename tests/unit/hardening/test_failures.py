@@ -41,13 +41,50 @@ class BrokenScheduler(FakeScheduler):
         raise RuntimeError("secret internal state at /srv/berth/scheduler/x.py line 3")
 
 
-@pytest.fixture
-def daemon(sqlite_db):
+class BusyScheduler(FakeScheduler):
+    """Its database's lock conflicts outlasted the retries."""
+
+    def release(self, instance_uuid):
+        from oslo_db import exception as db_exc
+
+        raise db_exc.DBDeadlock("(1205, 'Lock wait timeout exceeded; try restarting "
+                                "transaction')")
+
+
+def _daemon(db, scheduler):
     transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
     cfg.CONF.set_override("topic", "hard_" + uuid.uuid4().hex[:8], group="scheduler")
     service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
-                               scheduler=BrokenScheduler(), db=sqlite_db)
+                               scheduler=scheduler, db=db)
     service.start()
+    return service, transport
+
+
+@pytest.fixture
+def busy_daemon(sqlite_db):
+    service, transport = _daemon(sqlite_db, BusyScheduler())
+    yield SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
+    service.stop(5)
+    transport.cleanup()
+    cfg.CONF.clear_override("topic", group="scheduler")
+
+
+def test_lock_conflicts_past_the_retries_are_service_unavailable(busy_daemon, caplog):
+    """Seen on Galera under load: a DBDeadlock left after retry_budget was
+    answered InternalError with a traceback in the log; nothing was done, the
+    call may be sent again: ServiceUnavailable (retryable), a WARNING."""
+    with pytest.raises(exception.ServiceUnavailable) as caught:
+        busy_daemon.release(rpc.new_context(), "11111111-1111-1111-1111-111111111111")
+    assert "busy" in str(caught.value)
+    _no_server_details(caught.value)
+    assert not [r for r in caplog.records if r.exc_info]
+    assert [r for r in caplog.records if "outlasted" in r.getMessage()
+            and r.levelname == "WARNING"]
+
+
+@pytest.fixture
+def daemon(sqlite_db):
+    service, transport = _daemon(sqlite_db, BrokenScheduler())
     yield SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
     service.stop(5)
     transport.cleanup()
