@@ -538,23 +538,34 @@ _CONFIRM = (sa.update(_alloc)
             .values(pending=False))
 # FOR UPDATE: the reaper's release locks the same rows, so a confirm and a
 # release of one claim are one after the other, never interleaved.
-_HELD = sa.select(_alloc.c.uuid).where(
+_HELD = sa.select(_alloc.c.uuid, _alloc.c.project_id).where(
     _alloc.c.uuid.in_(sa.bindparam("b_uuids", expanding=True))).with_for_update()
+
+#: ``confirm``'s ``project`` when the caller may confirm any project's claims.
+ANY_PROJECT = object()
 
 
 @retry_on_deadlock
-def confirm(db: Database, instance_uuids) -> tuple[list[str], list[str]]:
+def confirm(db: Database, instance_uuids, project=ANY_PROJECT
+            ) -> tuple[list[str], list[str]]:
     """Mark the instances' allocations confirmed, all or none (idempotent):
     (the instances confirmed, in the order given; those that hold none, e.g.
     reaped). When one of them holds nothing, none is confirmed: the instances
     of one request stand or fall together, and the others stay pending (the
     caller releases them, or the reaper does after claim_ttl) instead of
-    becoming confirmed claims nobody holds."""
+    becoming confirmed claims nobody holds.
+
+    ``project``: only the claims of this project count as held (a caller that
+    may act on its own project only; None: on no project's claims). The owner
+    is read by the statement that locks the rows, so the caller's scope costs
+    no query of its own, and the work is the same whoever holds them."""
     uuids = list(dict.fromkeys(instance_uuids))
     if not uuids:
         return [], []
     with db.hot_writer() as conn:
-        held = {row[0] for row in conn.execute(_HELD, {"b_uuids": uuids})}
+        rows = conn.execute(_HELD, {"b_uuids": uuids}).all()
+        held = {u for u, owner in rows
+                if project is ANY_PROJECT or (project is not None and owner == project)}
         unknown = [u for u in uuids if u not in held]
         if unknown:
             return [], unknown
