@@ -53,7 +53,7 @@ MAX_BATCH = 1000        # instances per confirm call (the endpoint's limit)
 KEEP_SETTLED = 10000    # settled requests remembered for wait_confirmed
 
 confirmer_opts = [
-    cfg.FloatOpt("confirm_batch_delay", default=0.02, min=0.0,
+    cfg.FloatOpt("confirm_batch_delay", default=0.1, min=0.0,
                  help="Seconds the client library's background confirmer waits after "
                       "a reply arrives for more replies to confirm in the same call "
                       "(confirm=\"auto\"). Longer: fewer confirm calls for the "
@@ -203,7 +203,7 @@ class BackgroundConfirmer:
 
     def _next_batch(self) -> list[_Request] | None:
         """The requests to confirm in the next call (None: closing, nothing left)."""
-        delay = self._option("confirm_batch_delay", 0.02)
+        delay = self._option("confirm_batch_delay", 0.1)
         with self._lock:
             while not self._queue:
                 if self._closing:
