@@ -17,6 +17,8 @@ a thread of its own, several requests in one call, while the caller goes on:
   busy or without its database) is sent again with a growing pause, until it
   is answered or the request's claim is near its end: ``claim_ttl`` after the
   select was first sent, less ``[scheduler] confirm_margin``.
+* Released: an instance its caller releases (``SchedulerAPI.release``) before
+  its confirm is not confirmed; the rest of its request is.
 * Lost: a request whose confirm answered ``unknown`` for one of its instances,
   or that could not be confirmed before its deadline, is *lost*: the confirmer
   releases its instances (idempotent; what cannot be released now is released
@@ -81,6 +83,7 @@ _AGAIN = (oslo_messaging.MessagingTimeout, oslo_messaging.MessageDeliveryFailure
 CONFIRMED = "confirmed"
 PENDING = "pending"
 LOST = "lost"
+RELEASED = "released"       # by the caller before its confirm: nothing to confirm
 
 
 @dataclass
@@ -91,7 +94,11 @@ class _Request:
     deadline: float                     # time.monotonic() at which to give up
     state: str = PENDING
     reason: str = ""
+    released: set[str] = field(default_factory=set)     # by the caller meanwhile
     done: threading.Event = field(default_factory=threading.Event)
+
+    def to_confirm(self) -> list[str]:
+        return [u for u in self.uuids if u not in self.released]
 
 
 class BackgroundConfirmer:
@@ -138,18 +145,33 @@ class BackgroundConfirmer:
             self._start()
             self._lock.notify_all()
 
+    def forget(self, instance_uuid: str) -> None:
+        """The caller releases this instance: do not confirm it (the rest of
+        its request is confirmed as before)."""
+        with self._lock:
+            request = self._by_uuid.get(instance_uuid)
+            if request is None or request.state != PENDING:
+                return
+            request.released.add(instance_uuid)
+            if request.to_confirm() or request not in self._queue:
+                return
+            self._queue.remove(request)
+        self._settle(request, RELEASED)
+
     def state(self, instance_uuid: str) -> str | None:
-        """``confirmed``, ``pending``, ``lost``, or None (not confirmed here)."""
+        """``confirmed``, ``pending``, ``lost``, ``released`` (by the caller
+        before its confirm), or None (not confirmed here)."""
         with self._lock:
             request = self._by_uuid.get(instance_uuid)
             return request.state if request else None
 
     def wait_confirmed(self, instance_uuids: Sequence[str],
                        timeout: float | None = None) -> None:
-        """Return once these instances are confirmed; ``ClaimExpired`` when
-        their request was lost, ``MessagingTimeout`` when still unanswered
-        after ``timeout`` seconds. Instances this confirmer never saw are taken
-        as confirmed (``confirm="none"`` or ``"sync"``)."""
+        """Return once these instances are confirmed (or released by the
+        caller); ``ClaimExpired`` when their request was lost,
+        ``MessagingTimeout`` when still unanswered after ``timeout`` seconds.
+        Instances this confirmer never saw are taken as confirmed
+        (``confirm="none"`` or ``"sync"``)."""
         end = None if timeout is None else time.monotonic() + timeout
         for uuid in instance_uuids:
             with self._lock:
@@ -242,7 +264,12 @@ class BackgroundConfirmer:
 
     def _confirm(self, batch: list[_Request]) -> None:
         """Confirm a batch: one call, then one per request if some were lost."""
-        answer = self._send([u for r in batch for u in r.uuids], batch)
+        for request in [r for r in batch if not r.to_confirm()]:
+            batch.remove(request)
+            self._settle(request, RELEASED)
+        if not batch:
+            return
+        answer = self._send([u for r in batch for u in r.to_confirm()], batch)
         if answer is None:
             return
         unknown = set(answer.get("unknown") or ())
@@ -251,13 +278,14 @@ class BackgroundConfirmer:
                 self._settle(request, CONFIRMED)
             return
         for request in batch:
-            if unknown.intersection(request.uuids):
+            mine = unknown.intersection(request.uuids)
+            if mine - request.released:
                 self._lose(request, "released before its confirm arrived "
-                                    "(claim_ttl over, or released by its caller)")
-            elif len(batch) == 1:
+                                    "(claim_ttl over, or by another client)")
+            elif len(batch) == 1 and not mine:
                 self._settle(request, CONFIRMED)     # cannot happen: all or none
             else:
-                self._confirm([request])
+                self._confirm([request])     # the others, or what the caller kept
 
     def _send(self, uuids: list[str], batch: list[_Request]) -> dict | None:
         """The confirm's answer, sent again while unanswered; None when the batch's
@@ -296,7 +324,7 @@ class BackgroundConfirmer:
 
     def _lose(self, request: _Request, reason: str) -> None:
         """The request holds nothing, or will soon: give it back, say so."""
-        uuids = list(request.uuids)
+        uuids = request.to_confirm()
         self.api._give_back(None, uuids)
         LOG.error("Placement of %s is lost: %s. Its claims are released; do not "
                   "build these instances, or delete them", ", ".join(uuids), reason)

@@ -199,7 +199,7 @@ class SchedulerAPI:
         made (idempotent; failures are left to the reaper)."""
         for uuid in uuids:
             try:
-                self.release(ctxt, uuid)
+                self._call(ctxt, "release", instance_uuid=uuid)
             except Exception as e:      # noqa: BLE001 - the reaper's, if still pending
                 LOG.warning("could not release %s of a failed request (%s); a pending "
                             "claim is released by the scheduler after claim_ttl",
@@ -302,6 +302,8 @@ class SchedulerAPI:
         return self._call(ctxt, "confirm", version="1.1", instance_uuids=list(instance_uuids))
 
     def release(self, ctxt, instance_uuid: str) -> bool:
+        if self._confirmer is not None:
+            self._confirmer.forget(instance_uuid)   # its confirm would find nothing
         return self._call(ctxt, "release", instance_uuid=instance_uuid)
 
     def reschedule(self, ctxt, instance_uuid: str, failed_host: str,

@@ -84,7 +84,7 @@ def test_a_confirm_never_answered_before_the_claim_ends_gives_the_claim_back(
     """Retried until ``claim_ttl - confirm_margin`` after the select was sent;
     then released (here the release gets through), logged, reported."""
     from scheduler.rpcapi import SchedulerAPI
-    options(claim_ttl=2, confirm_margin=1.0, confirm_batch_delay=0.0)
+    options(claim_ttl=6, confirm_margin=3.0, confirm_batch_delay=0.0)
     lost = []
     api = _api(any_db, sched, on_claim_lost=lambda uuids, why: lost.append((uuids, why)))
     assert isinstance(api, SchedulerAPI)
@@ -100,7 +100,7 @@ def test_a_confirm_never_answered_before_the_claim_ends_gives_the_claim_back(
     with pytest.raises(exception.ClaimExpired) as caught:
         api.wait_confirmed(uuids, timeout=10)
     assert caught.value.instance_uuids == uuids
-    assert time.monotonic() - started > 0.7 and len(tries) >= 2     # until the deadline
+    assert time.monotonic() - started > 2.9 and tries      # until the deadline
     assert lost and lost[0][0] == uuids and "no answer before the end" in lost[0][1]
     assert rows(any_db) == {} and vcpus_used(any_db) == 0
     assert "is lost" in caplog.text and "do not build" in caplog.text
@@ -203,3 +203,37 @@ def _api(any_db, sched, **kw):
 
     api._test_stop = stop
     return api
+
+
+def test_an_instance_its_caller_releases_first_is_not_confirmed(any_db, daemon, options,
+                                                                caplog):
+    """A build that failed at once: the caller releases before the confirm
+    goes. Nothing is lost or logged; the rest of the request is confirmed."""
+    options(confirm_batch_delay=0.3)
+    gone = placed(daemon)
+    pair = placed(daemon, TWO)
+    assert daemon.release(None, gone[0]) is True
+    assert daemon.release(None, pair[0]) is True
+    daemon.wait_confirmed(gone + pair, timeout=10)
+    assert daemon._confirmer.state(gone[0]) == "released"
+    assert daemon._confirmer.state(pair[1]) == "confirmed"
+    assert rows(any_db) == {pair[1]: False}
+    assert daemon._confirmer.calls == 1 and "is lost" not in caplog.text
+
+
+def test_a_release_while_the_confirm_is_on_its_way_loses_nothing(any_db, sched, daemon,
+                                                                monkeypatch, caplog):
+    real_confirm = daemon.confirm
+    sent = []
+
+    def release_meanwhile(ctxt, uuids):
+        sent.append(list(uuids))
+        if len(sent) == 1:
+            daemon.release(None, uuids[0])      # the caller, while the confirm travels
+        return real_confirm(ctxt, uuids)
+
+    monkeypatch.setattr(daemon, "confirm", release_meanwhile)
+    pair = placed(daemon, TWO)
+    daemon.wait_confirmed(pair, timeout=10)
+    assert sent == [pair, pair[1:]] and rows(any_db) == {pair[1]: False}
+    assert "is lost" not in caplog.text
