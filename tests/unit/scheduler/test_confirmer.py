@@ -100,7 +100,8 @@ def test_a_confirm_never_answered_before_the_claim_ends_gives_the_claim_back(
     with pytest.raises(exception.ClaimExpired) as caught:
         api.wait_confirmed(uuids, timeout=10)
     assert caught.value.instance_uuids == uuids
-    assert time.monotonic() - started > 2.9 and tries      # until the deadline
+    # sent again until the next pause would end past the deadline (3 s)
+    assert time.monotonic() - started > 1.0 and len(tries) >= 2
     assert lost and lost[0][0] == uuids and "no answer before the end" in lost[0][1]
     assert rows(any_db) == {} and vcpus_used(any_db) == 0
     assert "is lost" in caplog.text and "do not build" in caplog.text
