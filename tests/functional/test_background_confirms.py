@@ -15,41 +15,16 @@ import time
 
 import psutil
 import pytest
-from oslo_config import cfg
 
 from scheduler import exception
 from tests.functional.daemon import ROOT, Daemon, small_fleet
+from tests.functional.test_pending_claims import wait_for
 
 ONE = {"flavor": {"vcpus": 1, "memory_mb": 1024, "root_gb": 5}}
 EXTRA = """[scheduler]
 claim_ttl = {ttl}
 reaper_interval = 0.5
 """
-
-
-@pytest.fixture
-def client_options():
-    """``[scheduler]`` options of this process's clients, for one test."""
-    names = []
-
-    def override(**values):
-        for name, value in values.items():
-            cfg.CONF.set_override(name, value, group="scheduler")
-            names.append(name)
-
-    yield override
-    for name in names:
-        cfg.CONF.clear_override(name, group="scheduler")
-
-
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stall(d: Daemon, sig: int) -> None:
@@ -61,11 +36,11 @@ def stall(d: Daemon, sig: int) -> None:
 
 
 def test_a_confirm_that_gets_no_answer_is_sent_again_until_answered(tmp_path,
-                                                                    client_options):
+                                                                    scheduler_options):
     d = Daemon(tmp_path, fleet=small_fleet(n=4), extra=EXTRA.format(ttl=60))
     try:
         d.start()
-        client_options(confirm_batch_delay=0.5)
+        scheduler_options(confirm_batch_delay=0.5)
         api = d.api(timeout=1)
         placed = [s[0]["instance_uuid"] for s in api.select_destinations(None, ONE)]
         stall(d, signal.SIGSTOP)        # before the confirm goes (0.5 s later)
@@ -83,7 +58,7 @@ def test_a_confirm_that_gets_no_answer_is_sent_again_until_answered(tmp_path,
 
 
 def test_a_confirm_unanswered_until_its_claim_ends_is_given_back(tmp_path,
-                                                                 client_options, caplog):
+                                                                 scheduler_options, caplog):
     """claim_ttl 6 s, confirm_margin 3 s: the client gives up 3 s after its
     select, releases the claim (or, with no answer, leaves it to the reaper),
     logs, reports, and raises ClaimExpired from wait_confirmed. Nothing is held
@@ -92,7 +67,7 @@ def test_a_confirm_unanswered_until_its_claim_ends_is_given_back(tmp_path,
     d = Daemon(tmp_path, fleet=small_fleet(n=4), extra=EXTRA.format(ttl=6))
     try:
         d.start()
-        client_options(claim_ttl=6, confirm_margin=3.0, confirm_batch_delay=0.2)
+        scheduler_options(claim_ttl=6, confirm_margin=3.0, confirm_batch_delay=0.2)
         lost = []
         api = d.api(timeout=1)
         api._on_claim_lost = lambda uuids, why: lost.append((uuids, why))

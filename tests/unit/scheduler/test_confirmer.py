@@ -10,9 +10,9 @@ import time
 
 import oslo_messaging
 import pytest
-from oslo_config import cfg
 
 from scheduler import exception
+from tests.unit.scheduler.inprocess_daemon import serving
 from tests.unit.scheduler.test_pending_claims import (  # noqa: F401
     ONE,
     TWO,
@@ -23,37 +23,23 @@ from tests.unit.scheduler.test_pending_claims import (  # noqa: F401
 )
 
 
-@pytest.fixture
-def options():
-    """Set ``[scheduler]`` options for one test."""
-    names = []
-
-    def override(**values):
-        for name, value in values.items():
-            cfg.CONF.set_override(name, value, group="scheduler")
-            names.append(name)
-
-    yield override
-    for name in names:
-        cfg.CONF.clear_override(name, group="scheduler")
-
-
 def placed(daemon, spec=ONE, **kw) -> list[str]:
     return [s[0]["instance_uuid"] for s in daemon.select_destinations(None, spec, **kw)]
 
 
-def test_the_reply_comes_before_the_confirm(any_db, daemon, options):
+def test_the_reply_comes_before_the_confirm(any_db, daemon, scheduler_options):
     """The select returns while its confirm waits for the batch delay: the
     caller paid one round trip; the claim is confirmed right after."""
-    options(confirm_batch_delay=0.5)
+    scheduler_options(confirm_batch_delay=0.5)
     uuids = placed(daemon)
     assert rows(any_db) == {uuids[0]: True}         # still pending: not confirmed yet
     daemon.wait_confirmed(uuids, timeout=10)
     assert rows(any_db) == {uuids[0]: False}
 
 
-def test_replies_that_arrive_together_are_confirmed_in_one_call(any_db, daemon, options):
-    options(confirm_batch_delay=0.3)
+def test_replies_that_arrive_together_are_confirmed_in_one_call(any_db, daemon,
+                                                                scheduler_options):
+    scheduler_options(confirm_batch_delay=0.3)
     uuids = placed(daemon) + placed(daemon, TWO) + placed(daemon)
     daemon.wait_confirmed(uuids, timeout=10)
     assert daemon._confirmer.calls == 1
@@ -80,14 +66,17 @@ def test_a_lost_confirm_is_sent_again_until_answered(any_db, daemon, monkeypatch
 
 
 def test_a_confirm_never_answered_before_the_claim_ends_gives_the_claim_back(
-        any_db, sched, options, monkeypatch, caplog):
+        any_db, sched, scheduler_options, monkeypatch, caplog):
     """Retried until ``claim_ttl - confirm_margin`` after the select was sent;
     then released (here the release gets through), logged, reported."""
-    from scheduler.rpcapi import SchedulerAPI
-    options(claim_ttl=6, confirm_margin=3.0, confirm_batch_delay=0.0)
+    scheduler_options(claim_ttl=6, confirm_margin=3.0, confirm_batch_delay=0.0)
     lost = []
-    api = _api(any_db, sched, on_claim_lost=lambda uuids, why: lost.append((uuids, why)))
-    assert isinstance(api, SchedulerAPI)
+    with serving(any_db, sched, on_claim_lost=lambda uuids, why: lost.append((uuids, why))
+                 ) as (_, api):
+        _never_answered(any_db, api, lost, monkeypatch, caplog)
+
+
+def _never_answered(any_db, api, lost, monkeypatch, caplog):
     tries = []
 
     def unanswered(ctxt, uuids):
@@ -105,15 +94,14 @@ def test_a_confirm_never_answered_before_the_claim_ends_gives_the_claim_back(
     assert lost and lost[0][0] == uuids and "no answer before the end" in lost[0][1]
     assert rows(any_db) == {} and vcpus_used(any_db) == 0
     assert "is lost" in caplog.text and "do not build" in caplog.text
-    api._test_stop()
 
 
-def test_one_lost_request_does_not_sink_the_batch(any_db, sched, daemon, options,
+def test_one_lost_request_does_not_sink_the_batch(any_db, sched, daemon, scheduler_options,
                                                   monkeypatch):
     """``confirm`` is all or none over what it names: when a batch answers
     unknown, the other requests of the batch are confirmed one by one; the
     lost request's other instance is given back."""
-    options(confirm_batch_delay=0.3)
+    scheduler_options(confirm_batch_delay=0.3)
     real_confirm = daemon.confirm
     calls = []
     reaped: list[str] = []
@@ -166,14 +154,13 @@ def test_wait_confirmed_times_out_while_unanswered(any_db, daemon, monkeypatch):
     assert daemon._confirmer.state(uuids[0]) == "confirmed"
 
 
-def test_closing_the_client_sends_what_is_queued(any_db, sched, options):
-    options(confirm_batch_delay=5.0)
-    api = _api(any_db, sched)
-    uuids = placed(api) + placed(api)
-    assert set(rows(any_db).values()) == {True}
-    api.close()
-    assert rows(any_db) == dict.fromkeys(uuids, False)
-    api._test_stop()
+def test_closing_the_client_sends_what_is_queued(any_db, sched, scheduler_options):
+    scheduler_options(confirm_batch_delay=5.0)
+    with serving(any_db, sched) as (_, api):
+        uuids = placed(api) + placed(api)
+        assert set(rows(any_db).values()) == {True}
+        api.close()
+        assert rows(any_db) == dict.fromkeys(uuids, False)
 
 
 def test_instances_placed_otherwise_are_taken_as_confirmed(any_db, daemon):
@@ -181,36 +168,11 @@ def test_instances_placed_otherwise_are_taken_as_confirmed(any_db, daemon):
     daemon.wait_confirmed(placed(daemon, confirm="sync"), timeout=0)
 
 
-def _api(any_db, sched, **kw):
-    """A client of its own (closed by the test) on a daemon of its own."""
-    import uuid
-
-    from scheduler import rpc
-    from scheduler.rpcapi import SchedulerAPI
-    from scheduler.service import SchedulerService
-
-    transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
-    topic = "confirmer_" + uuid.uuid4().hex[:8]
-    cfg.CONF.set_override("topic", topic, group="scheduler")
-    service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
-                               scheduler=sched, db=any_db)
-    service.start()
-    api = SchedulerAPI(cfg.CONF, transport=transport, timeout=10, **kw)
-
-    def stop():
-        service.stop(5)
-        transport.cleanup()
-        cfg.CONF.clear_override("topic", group="scheduler")
-
-    api._test_stop = stop
-    return api
-
-
-def test_an_instance_its_caller_releases_first_is_not_confirmed(any_db, daemon, options,
+def test_an_instance_its_caller_releases_first_is_not_confirmed(any_db, daemon, scheduler_options,
                                                                 caplog):
     """A build that failed at once: the caller releases before the confirm
     goes. Nothing is lost or logged; the rest of the request is confirmed."""
-    options(confirm_batch_delay=0.3)
+    scheduler_options(confirm_batch_delay=0.3)
     gone = placed(daemon)
     pair = placed(daemon, TWO)
     assert daemon.release(None, gone[0]) is True

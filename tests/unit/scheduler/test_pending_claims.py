@@ -23,7 +23,7 @@ from scheduler.host_manager import HostManager
 from scheduler.manager import SchedulerManager
 from scheduler.reaper import LEASE, ClaimReaper
 from scheduler.rpcapi import SchedulerAPI
-from scheduler.service import SchedulerService
+from tests.unit.scheduler.inprocess_daemon import serving
 
 FLEET = {"hosts": [{"host": f"c{i}", "vcpus": 8, "memory_mb": 16384, "local_gb": 100,
                     "cpu_allocation_ratio": 1.0}
@@ -256,15 +256,8 @@ def test_only_the_owner_or_a_service_may_confirm(any_db, sched):
 
 @pytest.fixture
 def daemon(any_db, sched):
-    transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
-    cfg.CONF.set_override("topic", "pending_" + uuid.uuid4().hex[:8], group="scheduler")
-    service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
-                               scheduler=sched, db=any_db)
-    service.start()
-    yield SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
-    service.stop(5)
-    transport.cleanup()
-    cfg.CONF.clear_override("topic", group="scheduler")
+    with serving(any_db, sched) as (_, api):
+        yield api
 
 
 def test_the_client_confirms_what_it_received(any_db, daemon):
