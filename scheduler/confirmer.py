@@ -92,6 +92,8 @@ class _Request:
 
     uuids: tuple[str, ...]
     deadline: float                     # time.monotonic() at which to give up
+    ctxt: object = None                 # the select's request context
+    caller: tuple = ()                  # who that context is (batches one caller)
     state: str = PENDING
     reason: str = ""
     released: set[str] = field(default_factory=set)     # by the caller meanwhile
@@ -99,6 +101,14 @@ class _Request:
 
     def to_confirm(self) -> list[str]:
         return [u for u in self.uuids if u not in self.released]
+
+
+def _caller(ctxt) -> tuple:
+    """Who a request context is, as the policy sees it: confirms are batched
+    per caller (a batch is sent with one context)."""
+    values = ctxt.to_policy_values() if hasattr(ctxt, "to_policy_values") else {}
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                        for k, v in dict(values).items()))
 
 
 class BackgroundConfirmer:
@@ -127,18 +137,19 @@ class BackgroundConfirmer:
             return default
 
     # -- the caller's side ----------------------------------------------------------
-    def add(self, instance_uuids: Sequence[str], sent_at: float) -> None:
-        """Confirm these instances (one request) in the background; ``sent_at``:
-        ``time.monotonic()`` when their select was first sent."""
+    def add(self, instance_uuids: Sequence[str], sent_at: float, ctxt=None) -> None:
+        """Confirm these instances (one request) in the background, as the
+        caller of ``ctxt`` (the select's context: the policy decides what it
+        may confirm); ``sent_at``: ``time.monotonic()`` when their select was
+        first sent."""
         if not instance_uuids:
             return
         ttl = self._option("claim_ttl", 300)
         deadline = sent_at + ttl - min(self._option("confirm_margin", 30.0), ttl / 2) \
             if ttl > 0 else float("inf")
-        request = _Request(tuple(instance_uuids), deadline)
+        request = _Request(tuple(instance_uuids), deadline, ctxt, _caller(ctxt))
         with self._lock:
-            if self._closing:
-                raise exception.ServiceUnavailable(reason="the client is closed")
+            self._closing = False       # used again after close(): serve again
             for uuid in request.uuids:
                 self._by_uuid[uuid] = request
             self._queue.append(request)
@@ -234,11 +245,16 @@ class BackgroundConfirmer:
             linger = time.monotonic() + delay   # more replies may arrive meanwhile
             while not (self._closing or self._hurry) and time.monotonic() < linger:
                 self._lock.wait(linger - time.monotonic())
+            # the first request's caller's requests, oldest first, as many as fit
+            first = self._queue[0]
             batch: list[_Request] = []
             count = 0
-            while self._queue and count + len(self._queue[0].uuids) <= MAX_BATCH \
-                    or self._queue and not batch:
-                request = self._queue.popleft()
+            for request in list(self._queue):
+                if request.caller != first.caller:
+                    continue
+                if batch and count + len(request.uuids) > MAX_BATCH:
+                    break
+                self._queue.remove(request)
                 batch.append(request)
                 count += len(request.uuids)
             self._busy = True
@@ -295,7 +311,7 @@ class BackgroundConfirmer:
         while True:
             try:
                 self.calls += 1
-                return self.api.confirm(None, uuids)
+                return self.api.confirm(batch[0].ctxt, uuids)
             except _AGAIN as e:
                 if time.monotonic() + pause >= deadline:
                     for request in batch:
@@ -325,7 +341,7 @@ class BackgroundConfirmer:
     def _lose(self, request: _Request, reason: str) -> None:
         """The request holds nothing, or will soon: give it back, say so."""
         uuids = request.to_confirm()
-        self.api._give_back(None, uuids)
+        self.api._give_back(request.ctxt, uuids)
         LOG.error("Placement of %s is lost: %s. Its claims are released; do not "
                   "build these instances, or delete them", ", ".join(uuids), reason)
         self._settle(request, LOST, reason)

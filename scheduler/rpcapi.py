@@ -277,7 +277,8 @@ class SchedulerAPI:
         if kw and confirm == "sync":
             return self._confirmed(ctxt, placements, lambda p: p[0]["instance_uuid"])
         if kw and confirm == "auto":
-            self._background().add([p[0]["instance_uuid"] for p in placements], sent_at)
+            self._background().add([p[0]["instance_uuid"] for p in placements], sent_at,
+                                   ctxt)
         return placements
 
     def capacity(self, ctxt, request_spec: dict | list, per_az: bool = False,
@@ -321,7 +322,7 @@ class SchedulerAPI:
         if confirm == "sync":
             self._confirmed(ctxt, [placement], lambda p: p[0]["instance_uuid"])
         elif confirm == "auto":
-            self._background().add([placement[0]["instance_uuid"]], sent_at)
+            self._background().add([placement[0]["instance_uuid"]], sent_at, ctxt)
         return placement
 
     # -- moves (1.2) ------------------------------------------------------------------

@@ -200,3 +200,29 @@ def test_a_release_while_the_confirm_is_on_its_way_loses_nothing(any_db, sched, 
     daemon.wait_confirmed(pair, timeout=10)
     assert sent == [pair, pair[1:]] and rows(any_db) == {pair[1]: False}
     assert "is lost" not in caplog.text
+
+
+def test_each_placement_is_confirmed_as_its_caller(any_db, daemon, scheduler_options):
+    """A compute API that acts for its users passes their contexts: each
+    confirm goes with the context of the selects it confirms (one call per
+    caller), not with the process's own identity, which here may act on no
+    one's instances."""
+    from oslo_context.context import RequestContext
+
+    scheduler_options(confirm_batch_delay=0.3, caller_roles=["member"],
+                      caller_project_id="nobody")
+    sent = []
+    real_confirm = daemon.confirm
+
+    def recorded(ctxt, uuids):
+        sent.append((ctxt.project_id, list(uuids)))
+        return real_confirm(ctxt, uuids)
+
+    daemon.confirm = recorded
+    a, b = (RequestContext(roles=["member"], project_id=p) for p in ("pa", "pb"))
+    mine = [s[0]["instance_uuid"] for s in daemon.select_destinations(a, ONE)]
+    theirs = [s[0]["instance_uuid"]
+              for s in daemon.select_destinations(b, dict(ONE, project_id="pb"))]
+    daemon.wait_confirmed(mine + theirs, timeout=10)
+    assert sorted(sent) == [("pa", mine), ("pb", theirs)]
+    assert rows(any_db) == dict.fromkeys(mine + theirs, False)
