@@ -106,9 +106,10 @@ class _Request:
 def _caller(ctxt) -> tuple:
     """Who a request context is, as the policy sees it: confirms are batched
     per caller (a batch is sent with one context)."""
+    from scheduler.policy import frozen
+
     values = ctxt.to_policy_values() if hasattr(ctxt, "to_policy_values") else {}
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                        for k, v in dict(values).items()))
+    return frozen(dict(values))
 
 
 class BackgroundConfirmer:

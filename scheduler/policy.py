@@ -123,7 +123,7 @@ DECISION_TTL = 1.0
 _MAX_DECISIONS = 4096
 
 
-def _frozen(values: dict) -> tuple:
+def frozen(values: dict) -> tuple:
     """``values`` as a hashable key (lists, e.g. roles, as tuples)."""
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                         for k, v in values.items()))
@@ -168,7 +168,7 @@ class Policy:
         target = _known(target if target is not None
                         else {"project_id": creds.get("project_id")})
         try:
-            key = (method, _frozen(creds), _frozen(target))
+            key = (method, frozen(creds), frozen(target))
         except TypeError:       # a value that cannot be a key: ask every time
             return bool(self._get().enforce(f"berth:{method}", target, creds))
         now = time.monotonic()
