@@ -532,33 +532,65 @@ def _remove_numa_usage(host_json: str, fitted_json: str) -> str:
     return json.dumps(usage.remove_usage(host, fitted).to_primitive(), sort_keys=True)
 
 
+# The rows the UPDATE matches are locked until the commit: the reaper's
+# release locks the same rows, so a confirm and a release of one claim are one
+# after the other, never interleaved. Its row count is the rows matched, not
+# changed (FOUND_ROWS, SQLAlchemy's default on MySQL; SQLite counts so too), so
+# a claim confirmed already counts as held.
 _CONFIRM = (sa.update(_alloc)
-            .where(_alloc.c.uuid.in_(sa.bindparam("b_uuids", expanding=True)),
-                   _alloc.c.pending == sa.true())
+            .where(_alloc.c.uuid.in_(sa.bindparam("b_uuids", expanding=True)))
             .values(pending=False))
-# FOR UPDATE: the reaper's release locks the same rows, so a confirm and a
-# release of one claim are one after the other, never interleaved.
-_HELD = sa.select(_alloc.c.uuid).where(
-    _alloc.c.uuid.in_(sa.bindparam("b_uuids", expanding=True))).with_for_update()
+_CONFIRM_OWNED = _CONFIRM.where(_alloc.c.project_id == sa.bindparam("b_project"))
+_HELD = sa.select(_alloc.c.uuid, _alloc.c.project_id).where(
+    _alloc.c.uuid.in_(sa.bindparam("b_uuids", expanding=True)))
+
+#: ``confirm``'s ``project`` when the caller may confirm any project's claims.
+ANY_PROJECT = object()
+
+
+class _NotAllHeld(Exception):
+    """Rolls a confirm back: these instances hold nothing (for the caller)."""
+
+    def __init__(self, unknown: list[str]) -> None:
+        super().__init__(unknown)
+        self.unknown = unknown
 
 
 @retry_on_deadlock
-def confirm(db: Database, instance_uuids) -> tuple[list[str], list[str]]:
+def confirm(db: Database, instance_uuids, project=ANY_PROJECT
+            ) -> tuple[list[str], list[str]]:
     """Mark the instances' allocations confirmed, all or none (idempotent):
     (the instances confirmed, in the order given; those that hold none, e.g.
     reaped). When one of them holds nothing, none is confirmed: the instances
     of one request stand or fall together, and the others stay pending (the
     caller releases them, or the reaper does after claim_ttl) instead of
-    becoming confirmed claims nobody holds."""
+    becoming confirmed claims nobody holds.
+
+    ``project``: only the claims of this project count as held (a caller that
+    may act on its own project only; None: on no project's claims). The owner
+    is part of the statement that confirms, so the caller's scope costs no
+    query of its own, and the work is the same whoever holds them. One
+    statement when every instance holds its claim; when one does not, the
+    rows are read in the same transaction and it is rolled back."""
     uuids = list(dict.fromkeys(instance_uuids))
     if not uuids:
         return [], []
-    with db.hot_writer() as conn:
-        held = {row[0] for row in conn.execute(_HELD, {"b_uuids": uuids})}
-        unknown = [u for u in uuids if u not in held]
-        if unknown:
-            return [], unknown
-        conn.execute(_CONFIRM, {"b_uuids": uuids})
+    try:
+        with db.hot_writer() as conn:
+            if project is ANY_PROJECT:
+                matched = conn.execute(_CONFIRM, {"b_uuids": uuids}).rowcount
+            else:
+                matched = conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids,
+                                                        "b_project": project}).rowcount
+            if matched != len(uuids):
+                held = {u for u, owner in conn.execute(_HELD, {"b_uuids": uuids})
+                        if project is ANY_PROJECT
+                        or (project is not None and owner == project)}
+                unknown = [u for u in uuids if u not in held]
+                if unknown:
+                    raise _NotAllHeld(unknown)
+    except _NotAllHeld as e:
+        return [], e.unknown
     return uuids, []
 
 

@@ -683,9 +683,11 @@ class FilterScheduler:
             LOG.warning("Released %s from %s: %s", instance_uuid, released.host, why)
         return True
 
-    def confirm(self, instance_uuids: Sequence[str]) -> tuple[list[str], list[str]]:
-        """Confirm pending claims: (instances that hold one, those that hold none)."""
-        return claims.confirm(self.db, instance_uuids)
+    def confirm(self, instance_uuids: Sequence[str], project=claims.ANY_PROJECT
+                ) -> tuple[list[str], list[str]]:
+        """Confirm pending claims: (instances that hold one, those that hold none);
+        ``project``: only that project's claims count (``db.claims.confirm``)."""
+        return claims.confirm(self.db, instance_uuids, project)
 
     def reschedule(self, instance_uuid: str, failed_host: str,
                    return_alternates: bool = False, pending: bool = False

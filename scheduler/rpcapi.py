@@ -27,20 +27,22 @@ travel is refused locally with ``InvalidRequest`` instead of a transport error.
 from __future__ import annotations
 
 import random
+import threading
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from scheduler import rpc
+from scheduler import confirmer, rpc
 
 LOG = logging.getLogger(__name__)
 
 _UNSET = object()
-CONFIRM_MODES = ("auto", "manual", "none")
+CONFIRM_MODES = ("auto", "sync", "manual", "none")
 
 
 class SchedulerAPI:
@@ -58,16 +60,23 @@ class SchedulerAPI:
     def __init__(self, conf: cfg.ConfigOpts = cfg.CONF, *,
                  transport: oslo_messaging.Transport | None = None,
                  topic: str | None = None, timeout: float | None = None,
-                 retry: int | None = None, exchange: str | None = None) -> None:
+                 retry: int | None = None, exchange: str | None = None,
+                 on_claim_lost: Callable[[list[str], str], None] | None = None) -> None:
         """``topic`` (and ``exchange``): send every call there instead of to
         ``[scheduler] topic`` and ``admin_topic``; without ``exchange``, the admin
         topic's exchange when ``topic`` is ``[scheduler] admin_topic``, else the
-        control exchange."""
+        control exchange. ``on_claim_lost(instance_uuids, reason)``: called (from
+        the background confirmer's thread) for a placement made with
+        ``confirm="auto"`` that could not be confirmed and was given back
+        (``scheduler.confirmer``)."""
         from scheduler import broker
 
         if topic is not None and exchange is None:
             exchange = broker.exchange_of(conf, admin=topic == rpc.admin_topic(conf))
         self.conf = conf
+        self._on_claim_lost = on_claim_lost
+        self._confirmer: confirmer.BackgroundConfirmer | None = None
+        self._confirmer_lock = threading.Lock()
         self._own_transport = transport is None
         self.transport = transport or rpc.get_transport(conf)
         self.timeout = timeout
@@ -99,6 +108,10 @@ class SchedulerAPI:
             pause = min(2 * pause, 2.0)
 
     def close(self) -> None:
+        """Send the confirms still queued (``confirm="auto"``), then let go of
+        the transport when this client made it."""
+        if self._confirmer is not None:
+            self._confirmer.close()
         if self._own_transport:
             self.transport.cleanup()
 
@@ -125,7 +138,7 @@ class SchedulerAPI:
         return confirm != "none" and self.client.can_send_version("1.1")
 
     def _confirmed(self, ctxt, placements: list, uuid_of) -> list:
-        """Confirm the placements just received (``confirm="auto"``); sent again
+        """Confirm the placements just received (``confirm="sync"``); sent again
         on a timeout or a database outage like the select itself. Raises
         ClaimExpired when the scheduler no longer holds one of them.
 
@@ -163,12 +176,30 @@ class SchedulerAPI:
             raise exception.ClaimExpired(instance_uuids=list(answer["unknown"]))
         return placements
 
+    def _background(self) -> confirmer.BackgroundConfirmer:
+        with self._confirmer_lock:
+            if self._confirmer is None:
+                self._confirmer = confirmer.BackgroundConfirmer(
+                    self, self.conf, on_claim_lost=self._on_claim_lost)
+            return self._confirmer
+
+    def wait_confirmed(self, instance_uuids: list[str], timeout: float | None = None
+                       ) -> None:
+        """Return once the placements of these instances (made with
+        ``confirm="auto"``) are confirmed: call it before an instance is made
+        visible, if it must not run a moment without its claim. Raises
+        ``ClaimExpired`` when their request was lost (given back: do not build
+        them), ``MessagingTimeout`` when the confirm is still unanswered after
+        ``timeout`` seconds (it goes on in the background)."""
+        if self._confirmer is not None:
+            self._confirmer.wait_confirmed(instance_uuids, timeout)
+
     def _give_back(self, ctxt, uuids: list[str]) -> None:
         """Release the instances of a request that failed after its claims were
         made (idempotent; failures are left to the reaper)."""
         for uuid in uuids:
             try:
-                self.release(ctxt, uuid)
+                self._call(ctxt, "release", instance_uuid=uuid)
             except Exception as e:      # noqa: BLE001 - the reaper's, if still pending
                 LOG.warning("could not release %s of a failed request (%s); a pending "
                             "claim is released by the scheduler after claim_ttl",
@@ -188,9 +219,14 @@ class SchedulerAPI:
         scheduler answers a retry of a placed request with its placements.
 
         ``confirm``: ``auto`` (the claims are pending until this client has the
-        reply, then confirmed: a lost reply costs nothing after ``[scheduler]
-        claim_ttl``), ``manual`` (pending until the caller calls ``confirm``,
-        e.g. once the instance is built), ``none`` (held at once, as before).
+        reply: a lost reply costs nothing after ``[scheduler] claim_ttl``; the
+        reply is returned at once and confirmed in the background, batched with
+        other replies — ``scheduler.confirmer``: a placement that cannot be
+        confirmed is given back, logged, reported to ``on_claim_lost`` and to
+        ``wait_confirmed``), ``sync`` (the same, confirmed before this call
+        returns: one more round trip, ``ClaimExpired`` raised here),
+        ``manual`` (pending until the caller calls ``confirm``, e.g. once the
+        instance is built), ``none`` (held at once, as before).
 
         ``allow_preemption`` (1.3): the caller deletes the instances a
         selection names in ``preempted`` (then releases them); an instance
@@ -222,6 +258,7 @@ class SchedulerAPI:
             if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= 1000:
                 instance_uuids = [str(uuidlib.uuid4()) for _ in range(count)]
         ctxt = ctxt or rpc.new_context()
+        sent_at = time.monotonic()
         for attempt in range(retries + 1):
             try:
                 placements = self._send(cctxt, ctxt, "select_destinations",
@@ -237,8 +274,11 @@ class SchedulerAPI:
                 LOG.warning("select_destinations for %s timed out; sending it again "
                             "(%d of %d)", instance_uuids or request_spec["instance_uuids"],
                             attempt + 1, retries)
-        if kw and confirm == "auto":
+        if kw and confirm == "sync":
             return self._confirmed(ctxt, placements, lambda p: p[0]["instance_uuid"])
+        if kw and confirm == "auto":
+            self._background().add([p[0]["instance_uuid"] for p in placements], sent_at,
+                                   ctxt)
         return placements
 
     def capacity(self, ctxt, request_spec: dict | list, per_az: bool = False,
@@ -263,6 +303,8 @@ class SchedulerAPI:
         return self._call(ctxt, "confirm", version="1.1", instance_uuids=list(instance_uuids))
 
     def release(self, ctxt, instance_uuid: str) -> bool:
+        if self._confirmer is not None:
+            self._confirmer.forget(instance_uuid)   # its confirm would find nothing
         return self._call(ctxt, "release", instance_uuid=instance_uuid)
 
     def reschedule(self, ctxt, instance_uuid: str, failed_host: str,
@@ -273,11 +315,14 @@ class SchedulerAPI:
         if not self._holds(confirm):
             return self._call(ctxt, "reschedule", instance_uuid=instance_uuid,
                               failed_host=failed_host)
+        sent_at = time.monotonic()
         placement = self._call(ctxt, "reschedule", version="1.1",
                                instance_uuid=instance_uuid, failed_host=failed_host,
                                pending=True)
-        if confirm == "auto":
+        if confirm == "sync":
             self._confirmed(ctxt, [placement], lambda p: p[0]["instance_uuid"])
+        elif confirm == "auto":
+            self._background().add([placement[0]["instance_uuid"]], sent_at, ctxt)
         return placement
 
     # -- moves (1.2) ------------------------------------------------------------------

@@ -45,3 +45,21 @@ def any_db(request, tmp_path):
     finally:
         db.dispose()
         services.drop_mariadb_database(name)
+
+
+@pytest.fixture
+def scheduler_options():
+    """``override(name=value, ...)``: set ``[scheduler]`` options of this
+    process for one test."""
+    from oslo_config import cfg
+
+    names = []
+
+    def override(**values):
+        for name, value in values.items():
+            cfg.CONF.set_override(name, value, group="scheduler")
+            names.append(name)
+
+    yield override
+    for name in names:
+        cfg.CONF.clear_override(name, group="scheduler")

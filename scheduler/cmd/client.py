@@ -225,8 +225,9 @@ def _print_json(value: Any) -> None:
 def cmd_select(api, args) -> int:
     spec = _read_json(args.request)
     kw = {"allow_preemption": True} if args.allow_preemption else {}
+    # confirmed before the command ends: its exit status says whether it holds
     result = api.select_destinations(None, spec, return_alternates=args.alternates,
-                                     dry_run=args.dry_run, **kw)
+                                     dry_run=args.dry_run, confirm="sync", **kw)
     if args.json:
         _print_json(result)
     else:

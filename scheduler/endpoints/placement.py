@@ -87,9 +87,11 @@ class PlacementEndpoint:
         if not uuids:
             raise exception.InvalidRequest(field="instance_uuids",
                                            reason="expected at least one UUID")
-        scope = self._scope(ctxt, "confirm", uuids)
-        confirmed, unknown = self.scheduler.confirm(scope.used(uuids))
-        return {"confirmed": scope.given(confirmed), "unknown": scope.given(unknown)}
+        # another project's claim counts as held by nobody (as ``_scope`` makes
+        # it), decided in the confirm's own transaction
+        project = scoping.claims_project(self.policy, ctxt, "confirm")
+        confirmed, unknown = self.scheduler.confirm(uuids, project=project)
+        return {"confirmed": confirmed, "unknown": unknown}
 
     @rpc_method
     def reschedule(self, ctxt, instance_uuid, failed_host, pending=False) -> list[dict]:

@@ -41,6 +41,21 @@ def request_project(policy, ctxt, method: str, project_id: str | None) -> str | 
     return project_id
 
 
+def claims_project(policy, ctxt, method: str):
+    """The project whose claims a call of ``method`` may act on, for calls that
+    read the owner in their own statement (``db.claims.confirm``):
+    ``claims.ANY_PROJECT`` when the rules let the caller act on other projects,
+    else the caller's own (None: no project). Forbidden when refused on its
+    own project, as ``scope``."""
+    if not policy.enabled:
+        return claims.ANY_PROJECT
+    mine = _caller_project(ctxt)
+    policy.authorize(ctxt, method, {"project_id": mine})
+    if policy.allows(ctxt, method, {"project_id": ANOTHER_PROJECT}):
+        return claims.ANY_PROJECT
+    return mine
+
+
 class Scope:
     """The instance UUIDs a caller gave, and the ones its call acts on."""
 

@@ -142,6 +142,7 @@ class Client(threading.Thread):
         t0 = time.monotonic()
         try:
             load.api.select_destinations(None, spec)
+            load.api.wait_confirmed(uuids)      # confirmed in the background
         except REFUSALS as e:
             outcome = outcome_name(e)
         except Exception as e:      # noqa: BLE001 - every other failure is recorded

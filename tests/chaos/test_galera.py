@@ -193,6 +193,7 @@ class _Clients:
             uid = str(uuid.uuid4())
             try:
                 self.api.select_destinations(None, spec, instance_uuids=[uid])
+                self.api.wait_confirmed([uid])      # confirmed in the background
             except exception.BerthError as e:
                 self._count(f"select:{type(e).__name__}")
                 if isinstance(e, exception.ClaimExpired):

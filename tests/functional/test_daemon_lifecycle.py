@@ -63,7 +63,8 @@ def test_sigterm_during_load_loses_no_claim(make_daemon, backend, workers):
     def client() -> None:
         while not stop.is_set():
             try:
-                sel = api.select_destinations(None, SMALL)[0][0]
+                # sync: what a client heard back is confirmed, or it heard an error
+                sel = api.select_destinations(None, SMALL, confirm="sync")[0][0]
             except BaseException as e:
                 with lock:
                     failed.append(e)

@@ -36,6 +36,7 @@ def test_unconfirmed_placements_are_reaped_by_one_worker(tmp_path):
         api = d.api(timeout=10)
         kept = api.select_destinations(None, ONE)[0][0]["instance_uuid"]
         lost = api.select_destinations(None, ONE, confirm="manual")[0][0]["instance_uuid"]
+        api.wait_confirmed([kept], timeout=30)      # confirmed in the background
         assert d.pending() == {lost}
         wait_for(lambda: lost not in d.allocations(), 20, "the reaper")
         assert set(d.allocations()) == {kept}

@@ -90,9 +90,13 @@ def client_main(argv: list[str]) -> int:
             errors += 1
             continue
         latencies.append(time.perf_counter() - t0)
+    ended = time.time()
+    api.close()                 # confirm="auto": sends the confirms still queued
+    confirmer = api._confirmer
+    lost = sum(confirmer.state(u) == "lost" for u in uuids) if confirmer else 0
     out = {"latencies": latencies, "uuids": uuids, "errors": errors,
-           "cpu_s": _own_cpu() - cpu0, "ended": time.time()}
-    api.close()
+           "cpu_s": _own_cpu() - cpu0, "ended": ended,
+           "confirm_calls": confirmer.calls if confirmer else 0, "lost": lost}
     print(json.dumps(out))
     return 0
 
@@ -227,6 +231,8 @@ def run_clients(topic: str, transport_url: str, clients: int, seconds: float,
             "client_cpu_ms": sum(r["cpu_s"] for r in results) * 1000 / max(placed, 1),
             "server_busy": (after[0] - before[0]) / (after[3] - before[3]),
             "server_waited": (after[4] - before[4]) / (after[3] - before[3]),
+            "confirm_calls": sum(r.get("confirm_calls", 0) for r in results),
+            "lost": sum(r.get("lost", 0) for r in results),
             "uuids": uuids}
 
 
@@ -444,7 +450,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--clients", default="1,4,16")
-    p.add_argument("--confirm", default="auto,none")
+    p.add_argument("--confirm", default="auto,none",
+                   help="confirm modes, comma-separated: auto (in the background), "
+                        "sync (before the call returns), none")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--py-spy", help="path of py-spy: profile the --profile-clients runs")
     p.add_argument("--profile-clients", default="1,16")
@@ -533,6 +541,10 @@ def _print_run(run: dict[str, Any], load: float) -> None:
           f"{run['server_waited'] * 100:.0f}%), broker {run['broker_cpu_ms']:.2f} ms, "
           f"MariaDB {run['db_cpu_ms']:.2f} ms, clients {run['client_cpu_ms']:.2f} ms",
           flush=True)
+    if run["confirm_calls"]:
+        print(f"   background confirms: {run['confirm_calls']} calls for {run['placed']} "
+              f"placements ({run['confirm_calls'] / max(run['placed'], 1):.2f} per "
+              f"placement), {run['lost']} lost", flush=True)
 
 
 def _print_phases(before: dict, after: dict) -> None:

@@ -193,3 +193,29 @@ def test_rules_apply_on_a_configuration_never_parsed():
     assert not rules.allows(member, "list_hosts")
     assert rules.allows(member, "release", {"project_id": "a"})
     assert not rules.allows(member, "release", {"project_id": "b"})
+
+
+def test_a_decision_is_remembered_for_a_moment(world, monkeypatch):
+    """The same question (rule, credentials, target) is asked of oslo.policy
+    once per DECISION_TTL (which is when the enforcer would read a changed
+    policy file); another target or another caller is asked on its own."""
+    from scheduler import policy
+
+    rules = policy.Policy(cfg.CONF)
+    asked = []
+    enforcer = rules._get()
+    real = enforcer.enforce
+    monkeypatch.setattr(enforcer, "enforce",
+                        lambda *a, **kw: asked.append(a[0]) or real(*a, **kw))
+    member = RequestContext(roles=["member"], project_id="a")
+    for _ in range(3):
+        assert not rules.allows(member, "list_hosts")
+        assert rules.allows(member, "release", {"project_id": "a"})
+    assert not rules.allows(member, "release", {"project_id": "b"})
+    assert not rules.allows(RequestContext(roles=["member"], project_id="b"),
+                            "release", {"project_id": "a"})
+    assert asked == ["berth:list_hosts", "berth:release", "berth:release",
+                     "berth:release"]
+    monkeypatch.setattr(policy, "DECISION_TTL", 0.0)
+    assert not rules.allows(member, "list_hosts")
+    assert asked[-1] == "berth:list_hosts" and len(asked) == 5

@@ -57,7 +57,7 @@ class FakeScheduler:
         self.pending = pending
         return [FakeSelection(instance_uuid, "compute-002")]
 
-    def confirm(self, instance_uuids):
+    def confirm(self, instance_uuids, project=None):
         """Every instance but U2 holds its placement."""
         self.calls.append(("confirm", list(instance_uuids)))
         return ([u for u in instance_uuids if u != U2],

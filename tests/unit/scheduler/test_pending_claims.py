@@ -23,7 +23,7 @@ from scheduler.host_manager import HostManager
 from scheduler.manager import SchedulerManager
 from scheduler.reaper import LEASE, ClaimReaper
 from scheduler.rpcapi import SchedulerAPI
-from scheduler.service import SchedulerService
+from tests.unit.scheduler.inprocess_daemon import serving
 
 FLEET = {"hosts": [{"host": f"c{i}", "vcpus": 8, "memory_mb": 16384, "local_gb": 100,
                     "cpu_allocation_ratio": 1.0}
@@ -256,15 +256,8 @@ def test_only_the_owner_or_a_service_may_confirm(any_db, sched):
 
 @pytest.fixture
 def daemon(any_db, sched):
-    transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
-    cfg.CONF.set_override("topic", "pending_" + uuid.uuid4().hex[:8], group="scheduler")
-    service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
-                               scheduler=sched, db=any_db)
-    service.start()
-    yield SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
-    service.stop(5)
-    transport.cleanup()
-    cfg.CONF.clear_override("topic", group="scheduler")
+    with serving(any_db, sched) as (_, api):
+        yield api
 
 
 def test_the_client_confirms_what_it_received(any_db, daemon):
@@ -273,7 +266,12 @@ def test_the_client_confirms_what_it_received(any_db, daemon):
               for s in daemon.select_destinations(None, ONE, confirm="manual")]
     old = [s[0]["instance_uuid"]
            for s in daemon.select_destinations(None, ONE, confirm="none")]
-    assert rows(any_db) == {**dict.fromkeys(auto, False), manual[0]: True, old[0]: False}
+    sync = [s[0]["instance_uuid"]
+            for s in daemon.select_destinations(None, ONE, confirm="sync")]
+    assert rows(any_db)[sync[0]] is False           # confirmed before the call returned
+    daemon.wait_confirmed(auto, timeout=10)         # auto: confirmed in the background
+    assert rows(any_db) == {**dict.fromkeys(auto + sync, False), manual[0]: True,
+                            old[0]: False}
     assert daemon.confirm(None, manual) == {"confirmed": manual, "unknown": []}
     assert rows(any_db)[manual[0]] is False
     with pytest.raises(exception.InvalidRequest, match="confirm"):
@@ -294,8 +292,13 @@ def test_a_placement_reaped_before_its_confirm_is_an_error(any_db, sched, daemon
 
     daemon.confirm = reaped_first
     with pytest.raises(exception.ClaimExpired) as caught:
-        daemon.select_destinations(None, ONE)
+        daemon.select_destinations(None, ONE, confirm="sync")
     assert len(caught.value.instance_uuids) == 1 and rows(any_db) == {}
+    # auto: the reply comes back at once; the loss is told by wait_confirmed
+    placed = [s[0]["instance_uuid"] for s in daemon.select_destinations(None, ONE)]
+    with pytest.raises(exception.ClaimExpired) as caught:
+        daemon.wait_confirmed(placed, timeout=10)
+    assert caught.value.instance_uuids == placed and rows(any_db) == {}
 
 
 def test_a_capped_client_sends_nothing_new(any_db, daemon):
@@ -321,7 +324,7 @@ def test_a_request_whose_confirm_finds_one_instance_reaped_holds_nothing(
 
     monkeypatch.setattr(daemon, "confirm", reaped_first)
     with pytest.raises(exception.ClaimExpired):
-        daemon.select_destinations(None, TWO)
+        daemon.select_destinations(None, TWO, confirm="sync")
     assert rows(any_db) == {}
     assert vcpus_used(any_db) == 0
 
@@ -336,6 +339,6 @@ def test_a_confirm_that_gets_no_answer_gives_the_claims_back(any_db, sched, daem
 
     monkeypatch.setattr(daemon, "confirm", database_away)
     with pytest.raises(exception.ServiceUnavailable):
-        daemon.select_destinations(None, TWO)
+        daemon.select_destinations(None, TWO, confirm="sync")
     assert len(tries) == cfg.CONF.scheduler.select_retries + 1
     assert rows(any_db) == {}           # released, not left for the reaper

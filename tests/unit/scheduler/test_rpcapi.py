@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import oslo_messaging
 import pytest
 from oslo_config import cfg
 
-from scheduler import exception, rpc
+from scheduler import exception
 from scheduler.manager import RPC_API_VERSION
 from scheduler.rpcapi import SchedulerAPI
-from scheduler.service import SchedulerService
+from tests.unit.scheduler.inprocess_daemon import serving
 from tests.unit.scheduler.test_manager import SPEC, FakeScheduler
 
 
@@ -33,17 +32,8 @@ class SlowScheduler(FakeScheduler):
 @pytest.fixture
 def daemon(sqlite_db, request):
     scheduler = getattr(request, "param", FakeScheduler)()
-    transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
-    topic = "test_" + uuid.uuid4().hex[:8]
-    cfg.CONF.set_override("topic", topic, group="scheduler")
-    service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
-                               scheduler=scheduler, db=sqlite_db)
-    service.start()
-    api = SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
-    yield service, api, scheduler
-    service.stop(5)
-    transport.cleanup()
-    cfg.CONF.clear_override("topic", group="scheduler")
+    with serving(sqlite_db, scheduler) as (service, api):
+        yield service, api, scheduler
 
 
 def test_calls_reach_the_endpoint(daemon):

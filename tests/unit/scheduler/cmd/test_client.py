@@ -43,7 +43,8 @@ class FakeAPI:
             raise FakeAPI.error
         return value
 
-    def select_destinations(self, ctxt, spec, return_alternates=False, dry_run=False):
+    def select_destinations(self, ctxt, spec, return_alternates=False, dry_run=False,
+                            confirm="auto"):
         alts = [SEL, dict(SEL, host="compute-002", alternate=True)]
         return self._answer([alts if return_alternates else alts[:1]])
 

@@ -1,0 +1,353 @@
+"""Confirms sent in the background: the client library's ``confirm="auto"``.
+
+A placement made pending (``select_destinations(pending=True)``) is held until
+its caller confirms it, or released by the daemon's reaper after ``[scheduler]
+claim_ttl``: a reply that never reached the caller costs nothing for long. The
+confirm itself need not delay the caller. ``BackgroundConfirmer`` takes the
+instances of each request as soon as their reply arrives and confirms them from
+a thread of its own, several requests in one call, while the caller goes on:
+
+* Batching: the requests that arrived within ``[scheduler] confirm_batch_delay``
+  seconds of the first are confirmed in one call (up to ``MAX_BATCH``
+  instances). ``confirm`` is all or none over the instances it names, so when a
+  batch answers ``unknown`` (an instance released meanwhile), the requests of
+  that batch that hold all their instances are confirmed again, each in a call
+  of its own; a request of several instances still stands or falls as a whole.
+* Retries: a confirm that gets no answer (timeout, broker down, the scheduler
+  busy or without its database) is sent again with a growing pause, until it
+  is answered or the request's claim is near its end: ``claim_ttl`` after the
+  select was first sent, less ``[scheduler] confirm_margin``.
+* Released: an instance its caller releases (``SchedulerAPI.release``) before
+  its confirm is not confirmed; the rest of its request is.
+* Lost: a request whose confirm answered ``unknown`` for one of its instances,
+  or that could not be confirmed before its deadline, is *lost*: the confirmer
+  releases its instances (idempotent; what cannot be released now is released
+  by the reaper once ``claim_ttl`` is over, since a claim that was never
+  confirmed stays pending), logs an ERROR naming them, calls the caller's
+  ``on_claim_lost(instance_uuids, reason)`` and raises ``ClaimExpired`` from
+  ``wait_confirmed``. The caller must not build, or must delete, those
+  instances: they hold no allocation.
+
+The state of each instance is kept here until ``wait_confirmed`` has read it or
+``KEEP_SETTLED`` later requests were settled. ``close`` sends what is queued
+before it returns (up to ``[scheduler] confirm_flush_timeout`` seconds): a
+process that exits without closing its client leaves the claims it had not
+confirmed to the reaper.
+"""
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import oslo_messaging
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from scheduler import exception
+
+LOG = logging.getLogger(__name__)
+
+MAX_BATCH = 1000        # instances per confirm call (the endpoint's limit)
+KEEP_SETTLED = 10000    # settled requests remembered for wait_confirmed
+
+confirmer_opts = [
+    cfg.FloatOpt("confirm_batch_delay", default=0.1, min=0.0,
+                 help="Seconds the client library's background confirmer waits after "
+                      "a reply arrives for more replies to confirm in the same call "
+                      "(confirm=\"auto\"). Longer: fewer confirm calls for the "
+                      "scheduler under load, claims pending a little longer."),
+    cfg.FloatOpt("confirm_margin", default=30.0, min=0.0,
+                 help="Seconds before a pending claim's end ([scheduler] claim_ttl "
+                      "after its select was sent) at which the background confirmer "
+                      "stops sending its confirm again and gives the claim back: the "
+                      "request is then lost (logged as an ERROR, on_claim_lost called, "
+                      "ClaimExpired from wait_confirmed) instead of being built "
+                      "without an allocation."),
+    cfg.FloatOpt("confirm_flush_timeout", default=30.0, min=0.0,
+                 help="Seconds closing a client waits for its queued confirms to be "
+                      "answered; what is still unanswered then is released by the "
+                      "scheduler's reaper after claim_ttl."),
+]
+cfg.CONF.register_opts(confirmer_opts, group="scheduler")
+LIST_OPTS = [("scheduler", confirmer_opts)]
+
+#: Answers after which a confirm is sent again: nothing was confirmed, or
+#: its answer was lost; the call is idempotent.
+_AGAIN = (oslo_messaging.MessagingTimeout, oslo_messaging.MessageDeliveryFailure,
+          exception.ServiceUnavailable)
+
+CONFIRMED = "confirmed"
+PENDING = "pending"
+LOST = "lost"
+RELEASED = "released"       # by the caller before its confirm: nothing to confirm
+
+
+@dataclass
+class _Request:
+    """The instances of one placement request, confirmed all or none."""
+
+    uuids: tuple[str, ...]
+    deadline: float                     # time.monotonic() at which to give up
+    ctxt: object = None                 # the select's request context
+    caller: tuple = ()                  # who that context is (batches one caller)
+    state: str = PENDING
+    reason: str = ""
+    released: set[str] = field(default_factory=set)     # by the caller meanwhile
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def to_confirm(self) -> list[str]:
+        return [u for u in self.uuids if u not in self.released]
+
+
+def _caller(ctxt) -> tuple:
+    """Who a request context is, as the policy sees it: confirms are batched
+    per caller (a batch is sent with one context)."""
+    from scheduler.policy import frozen
+
+    values = ctxt.to_policy_values() if hasattr(ctxt, "to_policy_values") else {}
+    return frozen(dict(values))
+
+
+class BackgroundConfirmer:
+    """Confirms placements for ``api`` (a ``SchedulerAPI``) from a thread."""
+
+    def __init__(self, api, conf: cfg.ConfigOpts = cfg.CONF,
+                 on_claim_lost: Callable[[list[str], str], None] | None = None) -> None:
+        self.api = api
+        self.conf = conf
+        self.on_claim_lost = on_claim_lost
+        self._lock = threading.Condition()
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._by_uuid: dict[str, _Request] = {}
+        self._settled: collections.deque[_Request] = collections.deque()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self.calls = 0                  # confirm calls sent (tests, benchmarks)
+        # claim_ttl is the daemon's option (scheduler.reaper); a client that
+        # shares the daemon's configuration must read the same value
+        from scheduler import reaper  # noqa: F401 - registers claim_ttl
+
+    def _option(self, name: str, default: float) -> float:
+        try:
+            return getattr(self.conf.scheduler, name)
+        except (cfg.NoSuchOptError, AttributeError):
+            return default
+
+    # -- the caller's side ----------------------------------------------------------
+    def add(self, instance_uuids: Sequence[str], sent_at: float, ctxt=None) -> None:
+        """Confirm these instances (one request) in the background, as the
+        caller of ``ctxt`` (the select's context: the policy decides what it
+        may confirm); ``sent_at``: ``time.monotonic()`` when their select was
+        first sent."""
+        if not instance_uuids:
+            return
+        ttl = self._option("claim_ttl", 300)
+        deadline = sent_at + ttl - min(self._option("confirm_margin", 30.0), ttl / 2) \
+            if ttl > 0 else float("inf")
+        request = _Request(tuple(instance_uuids), deadline, ctxt, _caller(ctxt))
+        with self._lock:
+            self._closing = False       # used again after close(): serve again
+            for uuid in request.uuids:
+                self._by_uuid[uuid] = request
+            self._queue.append(request)
+            self._start()
+            self._lock.notify_all()
+
+    def forget(self, instance_uuid: str) -> None:
+        """The caller releases this instance: do not confirm it (the rest of
+        its request is confirmed as before)."""
+        with self._lock:
+            request = self._by_uuid.get(instance_uuid)
+            if request is None or request.state != PENDING:
+                return
+            request.released.add(instance_uuid)
+            if request.to_confirm() or request not in self._queue:
+                return
+            self._queue.remove(request)
+        self._settle(request, RELEASED)
+
+    def state(self, instance_uuid: str) -> str | None:
+        """``confirmed``, ``pending``, ``lost``, ``released`` (by the caller
+        before its confirm), or None (not confirmed here)."""
+        with self._lock:
+            request = self._by_uuid.get(instance_uuid)
+            return request.state if request else None
+
+    def wait_confirmed(self, instance_uuids: Sequence[str],
+                       timeout: float | None = None) -> None:
+        """Return once these instances are confirmed (or released by the
+        caller); ``ClaimExpired`` when their request was lost,
+        ``MessagingTimeout`` when still unanswered after ``timeout`` seconds.
+        Instances this confirmer never saw are taken as confirmed
+        (``confirm="none"`` or ``"sync"``)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        for uuid in instance_uuids:
+            with self._lock:
+                request = self._by_uuid.get(uuid)
+            if request is None:
+                continue
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not request.done.wait(left):
+                raise oslo_messaging.MessagingTimeout(
+                    f"the confirm of {uuid} is not answered yet")
+            if request.state == LOST:
+                raise exception.ClaimExpired(instance_uuids=list(request.uuids))
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until nothing is queued or being sent; whether it got there."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            self._hurry = True
+            self._lock.notify_all()
+            while self._queue or self._busy:
+                left = end - time.monotonic()
+                if left <= 0:
+                    self._hurry = False
+                    return False
+                self._lock.wait(left)
+            self._hurry = False
+        return True
+
+    def close(self) -> None:
+        """Send what is queued (``confirm_flush_timeout``), then stop."""
+        if not self.flush(self._option("confirm_flush_timeout", 30.0)):
+            with self._lock:
+                left = sorted(u for r in self._queue for u in r.uuids)
+            LOG.warning("Closing with %d placements not confirmed (%s): the scheduler "
+                        "releases them after claim_ttl", len(left), ", ".join(left[:10]))
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    # -- the confirmer's thread -----------------------------------------------------
+    _busy = False       # a batch is being sent
+    _hurry = False      # flush: send without waiting for more replies
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="berth-confirmer",
+                                            daemon=True)
+            self._thread.start()
+
+    def _next_batch(self) -> list[_Request] | None:
+        """The requests to confirm in the next call (None: closing, nothing left)."""
+        delay = self._option("confirm_batch_delay", 0.1)
+        with self._lock:
+            while not self._queue:
+                if self._closing:
+                    return None
+                self._lock.wait(1.0)
+            linger = time.monotonic() + delay   # more replies may arrive meanwhile
+            while not (self._closing or self._hurry) and time.monotonic() < linger:
+                self._lock.wait(linger - time.monotonic())
+            # the first request's caller's requests, oldest first, as many as fit
+            first = self._queue[0]
+            batch: list[_Request] = []
+            count = 0
+            for request in list(self._queue):
+                if request.caller != first.caller:
+                    continue
+                if batch and count + len(request.uuids) > MAX_BATCH:
+                    break
+                self._queue.remove(request)
+                batch.append(request)
+                count += len(request.uuids)
+            self._busy = True
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            try:
+                self._confirm(batch)
+            except Exception:           # noqa: BLE001 - the thread must go on
+                LOG.exception("The background confirmer failed on %s",
+                              [r.uuids for r in batch])
+                for request in batch:
+                    if request.state == PENDING:
+                        self._lose(request, "the confirmer failed")
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._lock.notify_all()
+
+    def _confirm(self, batch: list[_Request]) -> None:
+        """Confirm a batch: one call, then one per request if some were lost."""
+        for request in [r for r in batch if not r.to_confirm()]:
+            batch.remove(request)
+            self._settle(request, RELEASED)
+        if not batch:
+            return
+        answer = self._send([u for r in batch for u in r.to_confirm()], batch)
+        if answer is None:
+            return
+        unknown = set(answer.get("unknown") or ())
+        if not unknown:
+            for request in batch:
+                self._settle(request, CONFIRMED)
+            return
+        for request in batch:
+            mine = unknown.intersection(request.uuids)
+            if mine - request.released:
+                self._lose(request, "released before its confirm arrived "
+                                    "(claim_ttl over, or by another client)")
+            elif len(batch) == 1 and not mine:
+                self._settle(request, CONFIRMED)     # cannot happen: all or none
+            else:
+                self._confirm([request])     # the others, or what the caller kept
+
+    def _send(self, uuids: list[str], batch: list[_Request]) -> dict | None:
+        """The confirm's answer, sent again while unanswered; None when the batch's
+        first deadline passed first (its requests are then lost)."""
+        deadline = min(r.deadline for r in batch)
+        pause = 0.1
+        while True:
+            try:
+                self.calls += 1
+                return self.api.confirm(batch[0].ctxt, uuids)
+            except _AGAIN as e:
+                if time.monotonic() + pause >= deadline:
+                    for request in batch:
+                        self._lose(request, f"its confirm got no answer before the end of "
+                                            f"its claim ({type(e).__name__})")
+                    return None
+                LOG.warning("The confirm of %d placements got no answer (%s); sending "
+                            "it again in %.1f s", len(uuids), type(e).__name__, pause)
+            except exception.BerthError as e:
+                for request in batch:
+                    self._lose(request, f"its confirm was refused: {e}")
+                return None
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(2 * pause, 5.0)
+
+    def _settle(self, request: _Request, state: str, reason: str = "") -> None:
+        with self._lock:
+            request.state, request.reason = state, reason
+            self._settled.append(request)
+            while len(self._settled) > KEEP_SETTLED:
+                old = self._settled.popleft()
+                for uuid in old.uuids:
+                    if self._by_uuid.get(uuid) is old:
+                        del self._by_uuid[uuid]
+        request.done.set()
+
+    def _lose(self, request: _Request, reason: str) -> None:
+        """The request holds nothing, or will soon: give it back, say so."""
+        uuids = request.to_confirm()
+        self.api._give_back(request.ctxt, uuids)
+        LOG.error("Placement of %s is lost: %s. Its claims are released; do not "
+                  "build these instances, or delete them", ", ".join(uuids), reason)
+        self._settle(request, LOST, reason)
+        if self.on_claim_lost is not None:
+            try:
+                self.on_claim_lost(uuids, reason)
+            except Exception:           # noqa: BLE001 - the caller's callback
+                LOG.exception("on_claim_lost failed for %s", uuids)

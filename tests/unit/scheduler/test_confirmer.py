@@ -1,0 +1,228 @@
+"""The background confirmer (``confirm="auto"``): a placement costs the caller
+one round trip; its confirm is batched with others, sent again until answered,
+and a placement that cannot be confirmed is given back and reported, never
+left to be built without its claim."""
+# ruff: noqa: F811 - the fixtures of test_pending_claims, imported by name
+from __future__ import annotations
+
+import threading
+import time
+
+import oslo_messaging
+import pytest
+
+from scheduler import exception
+from tests.unit.scheduler.inprocess_daemon import serving
+from tests.unit.scheduler.test_pending_claims import (  # noqa: F401
+    ONE,
+    TWO,
+    daemon,
+    rows,
+    sched,
+    vcpus_used,
+)
+
+
+def placed(daemon, spec=ONE, **kw) -> list[str]:
+    return [s[0]["instance_uuid"] for s in daemon.select_destinations(None, spec, **kw)]
+
+
+def test_the_reply_comes_before_the_confirm(any_db, daemon, scheduler_options):
+    """The select returns while its confirm waits for the batch delay: the
+    caller paid one round trip; the claim is confirmed right after."""
+    scheduler_options(confirm_batch_delay=0.5)
+    uuids = placed(daemon)
+    assert rows(any_db) == {uuids[0]: True}         # still pending: not confirmed yet
+    daemon.wait_confirmed(uuids, timeout=10)
+    assert rows(any_db) == {uuids[0]: False}
+
+
+def test_replies_that_arrive_together_are_confirmed_in_one_call(any_db, daemon,
+                                                                scheduler_options):
+    scheduler_options(confirm_batch_delay=0.3)
+    uuids = placed(daemon) + placed(daemon, TWO) + placed(daemon)
+    daemon.wait_confirmed(uuids, timeout=10)
+    assert daemon._confirmer.calls == 1
+    assert rows(any_db) == dict.fromkeys(uuids, False)
+
+
+def test_a_lost_confirm_is_sent_again_until_answered(any_db, daemon, monkeypatch):
+    real_confirm = daemon.confirm
+    tries = []
+
+    def lost_twice(ctxt, uuids):
+        tries.append(list(uuids))
+        if len(tries) <= 2:
+            if len(tries) == 2:
+                real_confirm(ctxt, uuids)   # written, but its answer is lost
+            raise oslo_messaging.MessagingTimeout("no answer")
+        return real_confirm(ctxt, uuids)
+
+    monkeypatch.setattr(daemon, "confirm", lost_twice)
+    uuids = placed(daemon, TWO)
+    daemon.wait_confirmed(uuids, timeout=10)
+    assert len(tries) == 3 and tries[0] == tries[2] == uuids
+    assert rows(any_db) == dict.fromkeys(uuids, False)
+
+
+def test_a_confirm_never_answered_before_the_claim_ends_gives_the_claim_back(
+        any_db, sched, scheduler_options, monkeypatch, caplog):
+    """Retried until ``claim_ttl - confirm_margin`` after the select was sent;
+    then released (here the release gets through), logged, reported."""
+    scheduler_options(claim_ttl=6, confirm_margin=3.0, confirm_batch_delay=0.0)
+    lost = []
+    with serving(any_db, sched, on_claim_lost=lambda uuids, why: lost.append((uuids, why))
+                 ) as (_, api):
+        _never_answered(any_db, api, lost, monkeypatch, caplog)
+
+
+def _never_answered(any_db, api, lost, monkeypatch, caplog):
+    tries = []
+
+    def unanswered(ctxt, uuids):
+        tries.append(uuids)
+        raise oslo_messaging.MessagingTimeout("no answer")
+
+    monkeypatch.setattr(api, "confirm", unanswered)
+    started = time.monotonic()
+    uuids = placed(api, TWO)
+    with pytest.raises(exception.ClaimExpired) as caught:
+        api.wait_confirmed(uuids, timeout=10)
+    assert caught.value.instance_uuids == uuids
+    # sent again until the next pause would end past the deadline (3 s)
+    assert time.monotonic() - started > 1.0 and len(tries) >= 2
+    assert lost and lost[0][0] == uuids and "no answer before the end" in lost[0][1]
+    assert rows(any_db) == {} and vcpus_used(any_db) == 0
+    assert "is lost" in caplog.text and "do not build" in caplog.text
+
+
+def test_one_lost_request_does_not_sink_the_batch(any_db, sched, daemon, scheduler_options,
+                                                  monkeypatch):
+    """``confirm`` is all or none over what it names: when a batch answers
+    unknown, the other requests of the batch are confirmed one by one; the
+    lost request's other instance is given back."""
+    scheduler_options(confirm_batch_delay=0.3)
+    real_confirm = daemon.confirm
+    calls = []
+    reaped: list[str] = []
+
+    def reaped_meanwhile(ctxt, uuids):
+        calls.append(list(uuids))
+        if not reaped:
+            reaped.append(uuids[0])
+            sched.release(uuids[0])     # as the reaper would
+        return real_confirm(ctxt, uuids)
+
+    monkeypatch.setattr(daemon, "confirm", reaped_meanwhile)
+    first = placed(daemon, TWO)
+    second = placed(daemon)
+    third = placed(daemon)
+    with pytest.raises(exception.ClaimExpired):
+        daemon.wait_confirmed(first, timeout=10)
+    daemon.wait_confirmed(second + third, timeout=10)
+    assert calls[0] == first + second + third and calls[1:] == [second, third]
+    assert rows(any_db) == dict.fromkeys(second + third, False)
+    assert daemon._confirmer.state(first[1]) == "lost"
+
+
+def test_a_refused_confirm_loses_the_request(any_db, daemon, monkeypatch):
+    def refused(ctxt, uuids):
+        raise exception.Forbidden(rule="berth:confirm")
+
+    monkeypatch.setattr(daemon, "confirm", refused)
+    uuids = placed(daemon)
+    with pytest.raises(exception.ClaimExpired):
+        daemon.wait_confirmed(uuids, timeout=10)
+    assert rows(any_db) == {}
+
+
+def test_wait_confirmed_times_out_while_unanswered(any_db, daemon, monkeypatch):
+    gate = threading.Event()
+    real_confirm = daemon.confirm
+
+    def slow(ctxt, uuids):
+        gate.wait(10)
+        return real_confirm(ctxt, uuids)
+
+    monkeypatch.setattr(daemon, "confirm", slow)
+    uuids = placed(daemon)
+    with pytest.raises(oslo_messaging.MessagingTimeout):
+        daemon.wait_confirmed(uuids, timeout=0.2)
+    assert daemon._confirmer.state(uuids[0]) == "pending"
+    gate.set()
+    daemon.wait_confirmed(uuids, timeout=10)
+    assert daemon._confirmer.state(uuids[0]) == "confirmed"
+
+
+def test_closing_the_client_sends_what_is_queued(any_db, sched, scheduler_options):
+    scheduler_options(confirm_batch_delay=5.0)
+    with serving(any_db, sched) as (_, api):
+        uuids = placed(api) + placed(api)
+        assert set(rows(any_db).values()) == {True}
+        api.close()
+        assert rows(any_db) == dict.fromkeys(uuids, False)
+
+
+def test_instances_placed_otherwise_are_taken_as_confirmed(any_db, daemon):
+    daemon.wait_confirmed(placed(daemon, confirm="none"), timeout=0)
+    daemon.wait_confirmed(placed(daemon, confirm="sync"), timeout=0)
+
+
+def test_an_instance_its_caller_releases_first_is_not_confirmed(any_db, daemon, scheduler_options,
+                                                                caplog):
+    """A build that failed at once: the caller releases before the confirm
+    goes. Nothing is lost or logged; the rest of the request is confirmed."""
+    scheduler_options(confirm_batch_delay=0.3)
+    gone = placed(daemon)
+    pair = placed(daemon, TWO)
+    assert daemon.release(None, gone[0]) is True
+    assert daemon.release(None, pair[0]) is True
+    daemon.wait_confirmed(gone + pair, timeout=10)
+    assert daemon._confirmer.state(gone[0]) == "released"
+    assert daemon._confirmer.state(pair[1]) == "confirmed"
+    assert rows(any_db) == {pair[1]: False}
+    assert daemon._confirmer.calls == 1 and "is lost" not in caplog.text
+
+
+def test_a_release_while_the_confirm_is_on_its_way_loses_nothing(any_db, sched, daemon,
+                                                                monkeypatch, caplog):
+    real_confirm = daemon.confirm
+    sent = []
+
+    def release_meanwhile(ctxt, uuids):
+        sent.append(list(uuids))
+        if len(sent) == 1:
+            daemon.release(None, uuids[0])      # the caller, while the confirm travels
+        return real_confirm(ctxt, uuids)
+
+    monkeypatch.setattr(daemon, "confirm", release_meanwhile)
+    pair = placed(daemon, TWO)
+    daemon.wait_confirmed(pair, timeout=10)
+    assert sent == [pair, pair[1:]] and rows(any_db) == {pair[1]: False}
+    assert "is lost" not in caplog.text
+
+
+def test_each_placement_is_confirmed_as_its_caller(any_db, daemon, scheduler_options):
+    """A compute API that acts for its users passes their contexts: each
+    confirm goes with the context of the selects it confirms (one call per
+    caller), not with the process's own identity, which here may act on no
+    one's instances."""
+    from oslo_context.context import RequestContext
+
+    scheduler_options(confirm_batch_delay=0.3, caller_roles=["member"],
+                      caller_project_id="nobody")
+    sent = []
+    real_confirm = daemon.confirm
+
+    def recorded(ctxt, uuids):
+        sent.append((ctxt.project_id, list(uuids)))
+        return real_confirm(ctxt, uuids)
+
+    daemon.confirm = recorded
+    a, b = (RequestContext(roles=["member"], project_id=p) for p in ("pa", "pb"))
+    mine = [s[0]["instance_uuid"] for s in daemon.select_destinations(a, ONE)]
+    theirs = [s[0]["instance_uuid"]
+              for s in daemon.select_destinations(b, dict(ONE, project_id="pb"))]
+    daemon.wait_confirmed(mine + theirs, timeout=10)
+    assert sorted(sent) == [("pa", mine), ("pb", theirs)]
+    assert rows(any_db) == dict.fromkeys(mine + theirs, False)
