@@ -416,15 +416,17 @@ class FilterScheduler:
                     claimed.append(instance_uuid)
                     self.host_manager.note_placed(chosen, instance_uuid, group,
                                                   spec.image.properties)
+                    self._index_claim(req, chosen, instance_uuid, consumed)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
             if claimed and req.pending and not pending:
                 # the whole request is placed: keep it, unless one of its claims
                 # was released meanwhile (reaped, or given back by a failed
                 # retry of this same request), and then none of it
-                _, lost = claims.confirm(self.db, claimed)
+                confirmed, lost = claims.confirm(self.db, claimed)
                 if lost:
                     raise _ClaimsLost(lost)
+                self.host_manager.note_confirmed(confirmed)
             outcome = "placed"
         except _AlreadyPlaced as e:
             # Held already: by a placed request (a retry gets its placements),
@@ -621,6 +623,7 @@ class FilterScheduler:
                            outcome, self.conf.scheduler.slow_request_ms, 1)
         self.host_manager.note_placed(chosen, instance_uuid, req.group, spec.image.properties)
         self.host_manager.refresh_nodes([move_from.source_node_id])
+        self.host_manager.reindex_preemptibles([move_from.source_node_id, chosen.node_id])
         return chosen, self._selections(weight, chosen, consumed, alternates, spec,
                                         instance_uuid, return_alternates)
 
@@ -685,7 +688,9 @@ class FilterScheduler:
 
     def confirm(self, instance_uuids: Sequence[str]) -> tuple[list[str], list[str]]:
         """Confirm pending claims: (instances that hold one, those that hold none)."""
-        return claims.confirm(self.db, instance_uuids)
+        confirmed, unknown = claims.confirm(self.db, instance_uuids)
+        self.host_manager.note_confirmed(confirmed)
+        return confirmed, unknown
 
     def reschedule(self, instance_uuid: str, failed_host: str,
                    return_alternates: bool = False, pending: bool = False
@@ -894,6 +899,19 @@ class FilterScheduler:
         raise exception.NoValidHost(reason=Explanation.text(summary), summary=summary)
 
     # -- preemption ------------------------------------------------------------
+    def _index_claim(self, req: _Request, host: HostState, instance_uuid: str,
+                     consumed: Consumed) -> None:
+        """Tell the preemptible index of a claim written (a request of higher
+        priority may preempt it later)."""
+        numa_cells = None
+        if consumed.numa_fitted is not None:
+            numa_cells = json.dumps(consumed.numa_fitted.to_primitive(), sort_keys=True)
+        self.host_manager.note_claimed(
+            host, instance_uuid, req.group, items=claim_items(host, consumed.assignment),
+            priority=req.priority, preemptible=req.spec.priority.preemptible,
+            pending=req.pending, project_id=req.spec.project_id, numa_cells=numa_cells,
+            pci_pools=[(key, count) for _i, key, count in consumed.pci_picks])
+
     def _victim_cost(self):
         if self._cost is None:
             from scheduler import victim_costs
@@ -971,6 +989,7 @@ class FilterScheduler:
                         req.no_preemption_nodes.add(found.host.node_id)
                     lost[found.host.node_id] += 1
                     self.host_manager.refresh_nodes([found.host.node_id])
+                    self.host_manager.reindex_preemptibles([found.host.node_id])
                     continue
                 except claims.ClaimConflict as e:
                     metrics.count_claim_conflict("generation")
