@@ -144,6 +144,9 @@ _clock = time.perf_counter
 
 #: Near-best hosts one pick chooses among at most ([filter_scheduler] near_best_spread).
 NEAR_BEST_MAX = 16
+#: Why a request of several instances (not a dry run) does not preempt.
+MULTI_INSTANCE_REFUSAL = ("a request of several instances does not preempt (only a dry run "
+                          "of it does)")
 #: Searches one preempting placement makes at most (each after its last
 #: candidate lost a race).
 PREEMPTION_SEARCHES = 6
@@ -933,9 +936,12 @@ class FilterScheduler:
         if not opts.enabled:
             outcome = preemption.Outcome()
             outcome.reasons["preemption is off ([preemption] enabled)"] += 1
-        elif req.spec.num_instances > 1:
+        elif req.spec.num_instances > 1 and not req.dry_run:
+            # Its instances are claimed one transaction each: one failing after
+            # others preempted would leave their victims preempted for a request
+            # that failed (their room handed back while they still run).
             outcome = preemption.Outcome()
-            outcome.reasons["a request of several instances does not preempt"] += 1
+            outcome.reasons[MULTI_INSTANCE_REFUSAL] += 1
         else:
             search = preemption.PreemptionSearch(self.db, self.host_manager, self.conf,
                                                  self._fit, self._victim_cost())
@@ -976,7 +982,9 @@ class FilterScheduler:
                 if req.dry_run:
                     req.dry_victims.update(v.uuid for v in found.victims)
                     consumed = dataclasses.replace(found.consumed, victims=found.victims)
-                    return 0.0, found.host, consumed, []
+                    # the state with the victims gone: the next instances of
+                    # the dry run see this one placed on it (_show_dry_claim)
+                    return 0.0, found.what_if, consumed, []
                 try:
                     consumed = self._claim_preempting(req, found, instance_uuid)
                 except claims.DuplicateAllocation:
