@@ -62,6 +62,12 @@ class Victims:
     priority: int                   # the claim's: each victim's is lower
     any_preemptible: bool = False   # [preemption] preempt_non_preemptible
     max_per_minute: int = 0         # [preemption] max_per_host_per_minute (0: none)
+    #: [preemption] max_per_az_per_minute (0: none), the node's zone, the nodes
+    #: of that zone and the aggregates that make it (locked while counting).
+    max_per_zone_per_minute: int = 0
+    zone: str | None = None
+    zone_nodes: frozenset = frozenset()
+    zone_aggregates: tuple[int, ...] = ()
 
 
 class VictimGone(Exception):
@@ -70,7 +76,12 @@ class VictimGone(Exception):
 
 
 class BudgetExhausted(Exception):
-    """The node preempted ``[preemption] max_per_host_per_minute`` already."""
+    """The node preempted ``[preemption] max_per_host_per_minute`` already, or
+    its availability zone (``zone``) ``max_per_az_per_minute``."""
+
+    def __init__(self, message: str, zone: str | None = None) -> None:
+        super().__init__(message)
+        self.zone = zone
 
 
 def _eligible(priority: int, any_preemptible: bool):
@@ -199,6 +210,10 @@ _RECENT = (sa.select(sa.func.count()).select_from(_cons)
            .where(_cons.c.consumer_type == PREEMPTED,
                   _cons.c.compute_node_id == sa.bindparam("b_node"),
                   _cons.c.preempted_at > sa.bindparam("b_since")))
+_RECENT_NODES = (sa.select(_cons.c.compute_node_id)
+                 .where(_cons.c.consumer_type == PREEMPTED,
+                        _cons.c.preempted_at > sa.bindparam("b_since")))
+_agg = models.Aggregate.__table__
 _ITEMS_OF = sa.select(_items.c.provider_id, _items.c.resource_class, _items.c.amount).where(
     _items.c.consumer_id == sa.bindparam("b_id"))
 
@@ -217,6 +232,8 @@ def preempt_locked(conn, node_id: int, victims: Victims, by: str,
         if recent + len(victims.uuids) > victims.max_per_minute:
             raise BudgetExhausted(f"node {node_id} preempted {recent} instance(s) within "
                                   f"the last minute")
+    if victims.max_per_zone_per_minute:
+        _check_zone_budget(conn, victims, now)
     freed: list[tuple[int, str, int]] = []
     for uuid in sorted(victims.uuids):     # one lock order for every claim
         row = conn.execute(_LOCK_VICTIM, {"b_uuid": uuid}).mappings().first()
@@ -233,6 +250,24 @@ def preempt_locked(conn, node_id: int, victims: Victims, by: str,
         conn.execute(sa.update(_cons).where(_cons.c.id == row["id"]).values(
             consumer_type=PREEMPTED, preempted_by=by, preempted_at=now, pci_devices=None))
     return tuple(freed)
+
+
+def _check_zone_budget(conn, victims: Victims, now: datetime.datetime) -> None:
+    """Raise BudgetExhausted when the zone preempted its budget within the
+    window. The zone's aggregate rows are locked first, so that concurrent
+    claims in one zone count one after the other (a zone made of no aggregate,
+    the default one, has no row to lock: there two schedulers' claims on
+    different nodes may both count the same total)."""
+    if victims.zone_aggregates:
+        conn.execute(sa.select(_agg.c.id).where(_agg.c.id.in_(sorted(victims.zone_aggregates)))
+                     .with_for_update())
+    nodes = victims.zone_nodes
+    recent = sum(1 for (node_id,) in conn.execute(_RECENT_NODES,
+                                                  {"b_since": now - BUDGET_WINDOW})
+                 if node_id in nodes)
+    if recent + len(victims.uuids) > victims.max_per_zone_per_minute:
+        raise BudgetExhausted(f"availability zone {victims.zone} preempted {recent} "
+                              f"instance(s) within the last minute", zone=victims.zone)
 
 
 def preempted_count(db: Database) -> int:

@@ -188,6 +188,8 @@ class _Request:
     dry_victims: set = dataclasses.field(default_factory=set)
     #: Nodes whose preemptions per minute are used up (not tried again).
     no_preemption_nodes: set = dataclasses.field(default_factory=set)
+    #: Availability zones whose preemptions per minute are used up.
+    no_preemption_zones: set = dataclasses.field(default_factory=set)
 
 
 #: ``pending_before`` that any pending claim is older than.
@@ -993,7 +995,10 @@ class FilterScheduler:
                     metrics.count_claim_conflict("preemption")
                     LOG.info("Preempting claim on %s refused (%s); searching again",
                              found.host.host, e)
-                    if e.budget:
+                    if e.zone is not None:
+                        req.no_preemption_zones.add(e.zone)
+                        req.no_preemption_nodes |= self.host_manager.zone_nodes(e.zone)
+                    elif e.budget:
                         req.no_preemption_nodes.add(found.host.node_id)
                     lost[found.host.node_id] += 1
                     self.host_manager.refresh_nodes([found.host.node_id])
@@ -1011,7 +1016,10 @@ class FilterScheduler:
                          found.host.host, ", ".join(v.uuid for v in found.victims),
                          req.priority)
                 return 0.0, found.host, consumed, []
-            if req.no_preemption_nodes:
+            if req.no_preemption_zones:
+                outcome.reasons["[preemption] max_per_az_per_minute reached"] += \
+                    len(req.no_preemption_zones)
+            elif req.no_preemption_nodes:
                 outcome.reasons["[preemption] max_per_host_per_minute reached"] += \
                     len(req.no_preemption_nodes)
         summary["filters"].append(outcome.summary_entry())
@@ -1025,10 +1033,17 @@ class FilterScheduler:
 
         host = found.host
         opts = self.conf.preemption
+        zone = host.availability_zone
+        per_zone = opts.max_per_az_per_minute
         victims = db_preemption.Victims(
             uuids=tuple(v.uuid for v in found.victims), priority=req.priority,
             any_preemptible=opts.preempt_non_preemptible,
-            max_per_minute=opts.max_per_host_per_minute)
+            max_per_minute=opts.max_per_host_per_minute,
+            max_per_zone_per_minute=per_zone, zone=zone,
+            zone_nodes=self.host_manager.zone_nodes(zone) if per_zone else frozenset(),
+            zone_aggregates=tuple(sorted(
+                a.id for a in host.aggregates
+                if a.metadata.get("availability_zone") == zone)) if per_zone else ())
         persist = self._persister(req, instance_uuid)
         with host.lock():
             if host.generation != found.seen_generation:

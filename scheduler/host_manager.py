@@ -98,6 +98,8 @@ class HostManager:
         self.columns = HostColumns([], HostClasses())
         #: The instances requests of higher priority could preempt.
         self.preemptibles = PreemptibleIndex(self._index_everyone())
+        #: availability zone -> its node ids (``zone_nodes``), None: to compute.
+        self._zones: dict | None = None
         self.loaded = False
 
     # -- public -----------------------------------------------------------
@@ -318,6 +320,17 @@ class HostManager:
     def note_confirmed(self, instance_uuids) -> None:
         self.preemptibles.confirmed(instance_uuids)
 
+    def zone_nodes(self, zone: str | None) -> frozenset[int]:
+        """The node ids of the cached hosts in availability zone ``zone``
+        (remembered until hosts or aggregates change)."""
+        zones = self._zones
+        if zones is None:
+            grouped: dict = {}
+            for hs in list(self._hosts.values()):
+                grouped.setdefault(hs.availability_zone, set()).add(hs.node_id)
+            zones = self._zones = {z: frozenset(n) for z, n in grouped.items()}
+        return zones.get(zone, frozenset())
+
     def preemptible_index(self, any_preemptible: bool) -> PreemptibleIndex:
         """The index, holding non-preemptible instances too when
         ``any_preemptible`` (read in full the first time they are asked for)."""
@@ -491,6 +504,7 @@ class HostManager:
                     hs.pci_pools = pools.get(hs.node_id, ())
                 hs.set_aggregates(self._aggs_by_host.get(hs.host, ()), default_az)
             updated.append(hs)
+        self._zones = None
         self._index_instances(updated, by_node, images)
         if added:
             self._reindex()
@@ -551,6 +565,7 @@ class HostManager:
             if aggs != hs.aggregates or hs.availability_zone is None:
                 with self._changing(hs):
                     hs.set_aggregates(aggs, default_az)
+                self._zones = None
 
     def _heartbeats_due(self) -> bool:
         return time.monotonic() - self._heartbeat_read_at >= \
@@ -604,6 +619,7 @@ class HostManager:
         """Rebuild the ordered list, the name index and the columns (only when
         hosts were added or removed). The class codes and the answers remembered
         for them carry over: they name host states, not rows."""
+        self._zones = None
         ordered = sorted(self._hosts.values(), key=lambda h: h.node_id)
         by_host: dict[str, list[HostState]] = {}
         for hs in ordered:

@@ -47,6 +47,10 @@ preemption_opts = [
     cfg.IntOpt("max_per_host_per_minute", default=10, min=0,
                help="Instances preempted on one host within a minute at most, "
                     "counted in the claim's transaction; 0 means no limit."),
+    cfg.IntOpt("max_per_az_per_minute", default=0, min=0,
+               help="Instances preempted in one availability zone within a minute at "
+                    "most, counted in the claim's transaction (serialised by a lock "
+                    "on the zone's aggregates); 0 means no limit."),
     cfg.IntOpt("exact_search_limit", default=12, min=1,
                help="On a host with at most this many instances that may be "
                     "preempted, every set of them is tried (fewest victims, then "
