@@ -491,8 +491,8 @@ class FilterScheduler:
         """The deadline of one request starting now (``[scheduler] request_timeout``)."""
         return Deadline(self.conf.scheduler.request_timeout, _clock)
 
-    def count_fits(self, spec: RequestSpec, deadline: Deadline | None = None
-                   ) -> tuple[int, exception.NoValidHost]:
+    def count_fits(self, spec: RequestSpec, deadline: Deadline | None = None,
+                   preempting: bool = False) -> tuple[int, exception.NoValidHost]:
         """How many more instances of ``spec`` (one per placement) fit now, and
         why the next one does not: a dry run that claims nothing.
 
@@ -513,6 +513,10 @@ class FilterScheduler:
         Bounded by ``[scheduler] request_timeout`` (RequestTimeout), not by
         ``max_request_work`` (which bounds a request's instances, not a count);
         or by ``deadline``, one several counts share (``scheduler.capacity``).
+
+        ``preempting``: count as if every instance the request may preempt
+        (lower priority, preemptible unless ``[preemption]
+        preempt_non_preemptible``) were gone (``_without_preemptibles``).
         """
         one = spec.replace(num_instances=1, instance_uuids=None)
         started = _clock()
@@ -525,6 +529,8 @@ class FilterScheduler:
         placed = 0
         given_up: set[int] = set()      # rows whose fit failed: nothing changes them
         own: set[int] = set()           # rows showing this count's private copy
+        if preempting:
+            own |= self._without_preemptibles(req)
         refused: collections.Counter = collections.Counter()
         for index in itertools.count():
             deadline.check(placed)
@@ -641,6 +647,34 @@ class FilterScheduler:
                  "%.2f s); the next one: %s", placed, rounds, req.cycle.cols.n,
                  _clock() - started, e.reason)
         return placed, e
+
+    def _without_preemptibles(self, req: _Request) -> set[int]:
+        """Show every host of ``req``'s cycle without the instances the request
+        may preempt (what-if copies); returns the rows changed. Their server
+        group members stop counting on their hosts too."""
+        from db import preemption as db_preemption
+        from scheduler import preemption
+
+        any_preemptible = self.conf.preemption.preempt_non_preemptible
+        index = self.host_manager.preemptible_index(any_preemptible)
+        cycle = req.cycle
+        room = preemption.Room.of(cycle.cols, index.view(req.priority, any_preemptible, ()),
+                                  {})
+        changed: set[int] = set()
+        for row in np.unique(room.rows[room.rows >= 0]).tolist():
+            req.deadline.pace()
+            host = cycle.cols.hosts[row]
+            victims = [c for c in room.candidates_on(host.node_id) if c.uuid in host.instances]
+            if not victims:
+                continue
+            fitted = {c.uuid: db_preemption.numa_cells_json(c.numa_cells) for c in victims}
+            gone = sum(1 for c in victims if req.group is not None and
+                       c.instance_group == req.group)
+            if gone:
+                req.local_group[host.host] -= gone
+            cycle.overlay(row, preemption.what_if(host, victims, fitted))
+            changed.add(row)
+        return changed
 
     def _count_one(self, req: _Request, host: HostState, consumed: Consumed,
                    placed: int) -> None:

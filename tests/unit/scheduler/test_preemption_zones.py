@@ -63,3 +63,4 @@ def test_no_zone_budget_by_default(any_db, conf):
             base._spec(sched, vcpus=1, priority=1, availability_zone="az1"), [U[10 + j]],
             allow_preemption=True)
         assert len(sel.preempted) == 1
+
