@@ -188,3 +188,31 @@ def test_several_instances_do_not_preempt_for_real(any_db, conf):
     assert "several instances does not preempt" in str(e.value)
     assert _types(any_db) == {U[0]: "instance"}
     _check(any_db)
+
+
+def test_full_search_finds_one_victim_holding_a_class_on_two_providers(any_db, conf):
+    """A nested tree: two GPUs of one VGPU each, both held by one instance (two
+    isolated groups). The full search (a cost plugin without the single-victim
+    fast path) must see that this one victim frees 2 VGPU."""
+    from db import hosts as db_hosts
+    from scheduler import fleet as fleet_mod
+    from scheduler import victim_costs
+    from scheduler.filter_scheduler import FilterScheduler
+    from scheduler.host_manager import HostManager
+
+    db_hosts.import_fleet(any_db, fleet_mod.load_fleet({"hosts": [{
+        "host": "g", "vcpus": 8, "memory_mb": 8192, "local_gb": 100,
+        "providers": [{"name": "gpu0", "inventories": {"VGPU": {"total": 1}}},
+                      {"name": "gpu1", "inventories": {"VGPU": {"total": 1}}}]}]}))
+    sched = FilterScheduler(HostManager(any_db, conf), conf)
+
+    class Plain(victim_costs.LeastDisruptionCost):
+        single_by_priority_then_newest = False
+
+    sched._cost = Plain(conf)
+    two = {"resources1:VGPU": "1", "resources2:VGPU": "1", "group_policy": "isolate"}
+    _boot(sched, U[0], vcpus=1, extra=two, preemptible=True)
+    [[sel]] = sched.select_destinations(_spec(sched, vcpus=1, extra=two, priority=1),
+                                        [U[1]], allow_preemption=True)
+    assert _victims(sel) == [U[0]]
+    _check(any_db)
