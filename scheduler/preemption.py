@@ -1,18 +1,23 @@
 """Preemption: where a request that fits nowhere would fit if instances of lower
 priority gave their room (doc/source/admin/preemption.rst).
 
-The search reads the ledger once for the nodes where eligible instances hold
-anything (``db.preemption.freeable_by_node``: one GROUP BY) and prunes them
-with the request's resources as if every eligible instance were gone; the
-survivors' instances are read (one query), and each survivor is checked with
-every filter on a what-if copy of its state with all of them gone (a shallow
-copy with the victims' usage, NUMA cells, devices and group membership taken
-off: ``what_if``). Then victim sets are tried by size, one victim first: the
-sets of that size on every host whose resources fit are ordered by the cost
-plugin (``scheduler.victim_costs``) and checked with every filter and the NUMA
-and PCI fit, cheapest first; the first that passes is the answer. The claim
-that follows preempts the victims in its own transaction
-(``db.claims.claim`` with ``victims``).
+The search reads no database: the instances a request may preempt come from
+the host manager's preemptible index (``scheduler.preemptible_index``), and
+``Room`` sets them against the cycle's host columns with numpy: the room each
+host has per class asked, what each instance holds, what all of a host's hold
+together. With a cost plugin that orders single victims by priority then
+newest, the instances that could make room alone are tried in that order
+first. Otherwise hosts where the request would not fit even without all of
+their instances are left out, and the rest are taken by a lower bound of the
+victims they need; each is checked with every filter on a what-if copy of its
+state with all of them gone (a shallow copy with the victims' usage, NUMA
+cells, devices and group membership taken off: ``what_if``). Then victim sets
+are tried by size, one victim first: the sets of that size on every host whose
+resources fit (the exact provider assignment) are ordered by the cost plugin
+(``scheduler.victim_costs``) and checked with every filter and the NUMA and
+PCI fit, cheapest first; the first that passes is the answer. The claim that
+follows re-checks the victims under their row locks and preempts them in its
+own transaction (``db.claims.claim`` with ``victims``).
 """
 from __future__ import annotations
 
