@@ -238,6 +238,18 @@ class Room:
         return Summary(count=count, viable=viable, min_priority=min_priority, newest=newest,
                        largest=largest, freeable=freeable, free=self.free, asked=self.asked)
 
+    def may_fit(self, node_id: int, victims: Sequence[db_preemption.Candidate]) -> bool:
+        """Whether the host's room per class asked, with ``victims`` gone,
+        reaches the request (necessary, not sufficient: see ``assign``)."""
+        row = self.row_of_node.get(node_id)
+        if row is None:
+            return False
+        for rc, amount in self.asked.items():
+            held = sum(n for v in victims for _p, c, n in v.amounts if c == rc)
+            if self.free[rc][row] + held < amount:
+                return False
+        return True
+
     def candidates_on(self, node_id: int) -> list[db_preemption.Candidate]:
         """The instances the request may preempt on one node."""
         row = self.row_of_node.get(node_id)
@@ -332,7 +344,8 @@ class PreemptionSearch:
         if not len(usable):
             return out
         fitted: dict[str, object] = {}
-        prepared: dict[int, list | None] = {}
+        eligible: dict[int, list] = {}        # node id -> its cheapest candidates
+        fits_all: dict[int, bool] = {}        # node id -> fits with all of them gone
         cols = cycle.cols
         for size in range(1, opts.max_victims + 1):
             rows = usable[least[usable] <= size]
@@ -343,28 +356,38 @@ class PreemptionSearch:
                 if spread == 1 and fits and chunk[0][0] is not None \
                         and fits[0][0] <= chunk[0][0]:
                     break       # nothing further can be cheaper
-                for _bound, host in chunk:
-                    if host.node_id not in prepared:
-                        self._prepare(spec, cycle, request, group, host, room, prepared,
-                                      fitted, exclude, out)
+                # every set of this size on the chunk's hosts, cheapest first;
+                # the resources, the filters and the fit are checked in that
+                # order until one passes (and a host once, with all of its
+                # candidates gone, before its first set is)
                 sets = []
                 for _bound, host in chunk:
-                    eligible = prepared.get(host.node_id)
-                    if not eligible or size > len(eligible):
+                    mine = eligible.get(host.node_id)
+                    if mine is None:
+                        mine = eligible[host.node_id] = self._eligible(host, room, exclude, out)
+                    if size > len(mine):
                         continue
-                    for combo in itertools.combinations(eligible, size):
-                        _, why = assign(host.tree, _freed_usage(host, _amounts(combo)),
-                                        spec.resources)
-                        if not why:
-                            sets.append((self.cost.cost(combo), host.node_id, combo, host))
+                    sets.extend((self.cost.cost(combo), host.node_id, combo, host)
+                                for combo in itertools.combinations(mine, size))
                     cycle.deadline.pace()
                 sets.sort(key=lambda s: (s[0], s[1]))
                 for key, node_id, combo, host in sets:
                     if spread == 1 and fits and fits[0][0] <= key:
                         break
-                    if any(f.host.node_id == node_id for _k, f in fits):
+                    if any(f.host.node_id == node_id for _k, f in fits) \
+                            or fits_all.get(node_id) is False \
+                            or not room.may_fit(host.node_id, combo):
+                        continue
+                    _, why = assign(host.tree, _freed_usage(host, _amounts(combo)),
+                                    spec.resources)
+                    if why:
                         continue
                     cycle.deadline.pace()
+                    if node_id not in fits_all:
+                        fits_all[node_id] = self._fits_without_all(
+                            spec, cycle, request, group, host, eligible[node_id], fitted, out)
+                        if not fits_all[node_id]:
+                            continue
                     consumed, reason, shown, context = self._check(
                         spec, cycle, request, group, host, list(combo), fitted)
                     if consumed is None:
@@ -452,28 +475,29 @@ class PreemptionSearch:
         out.considered = len({f.host.node_id for f in fits})
         return True
 
-    def _prepare(self, spec, cycle, request, group, host, room, prepared, fitted,
-                 exclude, out) -> None:
-        """Keep ``host``'s cheapest ``exact_search_limit`` candidates, or None
-        when the request does not fit there even without all of them."""
-        cycle.deadline.pace()
-        eligible = [c for c in room.candidates_on(host.node_id)
-                    if c.uuid not in exclude and c.uuid in host.instances]
-        prepared[host.node_id] = None
-        if not eligible:
+    def _eligible(self, host, room, exclude, out) -> list:
+        """``host``'s cheapest ``exact_search_limit`` candidates (cost order)."""
+        mine = [c for c in room.candidates_on(host.node_id)
+                if c.uuid not in exclude and c.uuid in host.instances]
+        if not mine:
             out.reasons["its instances of lower priority changed meanwhile"] += 1
-            return
+            return []
+        mine.sort(key=self.cost.order)
+        return mine[:self.conf.preemption.exact_search_limit]
+
+    def _fits_without_all(self, spec, cycle, request, group, host, eligible, fitted,
+                          out) -> bool:
+        """Whether the request passes every filter and fits on ``host`` with all
+        of ``eligible`` gone (if not, no set of them can make it fit)."""
         for c in eligible:
             if c.uuid not in fitted:
                 fitted[c.uuid] = db_preemption.numa_cells_json(c.numa_cells)
-        eligible.sort(key=self.cost.order)
-        eligible = eligible[:self.conf.preemption.exact_search_limit]
         reason = self._check(spec, cycle, request, group, host, eligible, fitted)[1]
         if reason:
             out.reasons[f"does not fit even without its instances of lower priority "
                         f"({reason})"] += 1
-            return
-        prepared[host.node_id] = eligible
+            return False
+        return True
 
     @staticmethod
     def _context(request, group: str | None, host: HostState, victims: Sequence):
