@@ -140,6 +140,20 @@ class Summary:
     freeable: dict[str, np.ndarray]      # class -> what they hold together
     free: dict[str, np.ndarray]
     asked: dict[str, int]
+    #: (viable rows) per instance its row and creation time, by row then newest
+    by_row: tuple = ()
+
+    def kth_newest(self, k: int) -> np.ndarray:
+        """Per row, the creation time of its k-th newest instance (-inf when it
+        has fewer): no set of k of them has an oldest member newer than that."""
+        rows, created = self.by_row
+        n = len(self.count)
+        out = np.full(n, -np.inf)
+        counts = np.bincount(rows, minlength=n)
+        starts = np.searchsorted(rows, np.arange(n))
+        has = counts >= k
+        out[has] = created[starts[has] + k - 1]
+        return out
 
     def short_class(self) -> collections.Counter:
         """Hosts where the request does not fit even without every such
@@ -235,8 +249,11 @@ class Room:
             most = np.zeros(n)
             np.maximum.at(most, rv, v.amounts[rc][sel])
             largest[rc] = most
+        created = v.created[sel]
+        order = np.lexsort((-created, rv))
         return Summary(count=count, viable=viable, min_priority=min_priority, newest=newest,
-                       largest=largest, freeable=freeable, free=self.free, asked=self.asked)
+                       largest=largest, freeable=freeable, free=self.free, asked=self.asked,
+                       by_row=(rv[order], created[order]))
 
     def may_fit(self, node_id: int, victims: Sequence[db_preemption.Candidate]) -> bool:
         """Whether the host's room per class asked, with ``victims`` gone,
@@ -349,10 +366,11 @@ class PreemptionSearch:
         cols = cycle.cols
         for size in range(1, opts.max_victims + 1):
             rows = usable[least[usable] <= size]
-            ready = self._by_bound(size, rows, summary, cols)
+            ready, bound_of = self._by_bound(size, rows, summary, cols)
             fits: list[tuple[tuple, Found]] = []
             for start in range(0, len(ready), SEARCH_CHUNK):
-                chunk = ready[start:start + SEARCH_CHUNK]
+                chunk = [(bound_of(r), cols.hosts[r])
+                         for r in ready[start:start + SEARCH_CHUNK].tolist()]
                 if spread == 1 and fits and chunk[0][0] is not None \
                         and fits[0][0] <= chunk[0][0]:
                     break       # nothing further can be cheaper
@@ -418,21 +436,25 @@ class PreemptionSearch:
         if uuids:
             index.settle(db_preemption.pending_states(self.db, uuids), uuids)
 
-    def _by_bound(self, size: int, rows: np.ndarray, summary, cols) -> list:
-        """(bound, host) of ``rows``, cheapest bound first (ties by node id)."""
+    def _by_bound(self, size: int, rows: np.ndarray, summary, cols):
+        """``rows`` cheapest bound first (ties by node id), and the bound of a
+        row (the cost plugin's ``bound``; computed per chunk when the order
+        is known without it)."""
+        kth = getattr(self.cost, "bound_uses_kth_newest", False)
+        newest = summary.kth_newest(size) if kth else summary.newest
+
+        def bound_of(r: int):
+            return self.cost.bound(size, int(summary.min_priority[r]), _from_epoch(newest[r]))
+
         if getattr(self.cost, "single_by_priority_then_newest", False):
             # (lowest priority, newest first) orders this plugin's bound
-            order = np.lexsort((cols.node_ids()[rows], -summary.newest[rows],
+            order = np.lexsort((cols.node_ids()[rows], -newest[rows],
                                 summary.min_priority[rows]))
-            rows = rows[order]
-        out = []
-        for r in rows:
-            newest = summary.newest[r]
-            out.append((self.cost.bound(size, int(summary.min_priority[r]),
-                                        _from_epoch(newest)), cols.hosts[r]))
-        if not getattr(self.cost, "single_by_priority_then_newest", False):
-            out.sort(key=lambda n: (n[0] is None, n[0] or (), n[1].node_id))
-        return out
+            return rows[order], bound_of
+        bounds = {int(r): bound_of(int(r)) for r in rows}
+        ordered = sorted(bounds, key=lambda r: (bounds[r] is None, bounds[r] or (),
+                                                cols.hosts[r].node_id))
+        return np.asarray(ordered, dtype=np.int64), bounds.__getitem__
 
     def _single(self, spec, cycle, request, group, room, exclude, spread, rng, out) -> bool:
         """The fast path of the cost plugins that order single victims by

@@ -216,3 +216,18 @@ def test_full_search_finds_one_victim_holding_a_class_on_two_providers(any_db, c
                                         [U[1]], allow_preemption=True)
     assert _victims(sel) == [U[0]]
     _check(any_db)
+
+
+def test_kth_newest_bounds_the_oldest_member_of_a_set():
+    index = PreemptibleIndex()
+    index.load([(_cand(U[i], 7 + (i % 2), age=10 * i), True, False) for i in range(5)], False)
+    view = index.view(1, False, ["VCPU"])
+    rows = np.array([c.node_id - 7 for c in (view.candidate(i) for i in range(len(view.slots)))])
+    room = search.Room(view=view, rows=rows, free={"VCPU": np.zeros(2)}, asked={"VCPU": 1},
+                       n=2, row_of_node={7: 0, 8: 1})
+    summary = room.summary()
+    newest = T0.timestamp()
+    # node 7 holds U0, U2, U4 (ages 0, 20, 40); node 8 holds U1, U3 (10, 30)
+    assert summary.kth_newest(1).tolist() == [newest, newest - 10]
+    assert summary.kth_newest(2).tolist() == [newest - 20, newest - 30]
+    assert summary.kth_newest(3).tolist() == [newest - 40, -np.inf]
