@@ -55,9 +55,10 @@ class PreemptionConflict(ClaimConflict):
     """A victim of the claim is no longer preemptible by it (``budget``: the
     node's preemptions per minute are used up)."""
 
-    def __init__(self, message: str, budget: bool = False) -> None:
+    def __init__(self, message: str, budget: bool = False, zone: str | None = None) -> None:
         super().__init__(message)
         self.budget = budget
+        self.zone = zone                 # the budget used up is the zone's
 
 
 class GroupPolicyConflict(ClaimConflict):
@@ -248,7 +249,7 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 except preemption.VictimGone as e:
                     raise PreemptionConflict(str(e)) from None
                 except preemption.BudgetExhausted as e:
-                    raise PreemptionConflict(str(e), budget=True) from None
+                    raise PreemptionConflict(str(e), budget=True, zone=e.zone) from None
                 if freed:
                     _give_back(conn, _summed(freed))
             if rec.instance_group and rec.group_policy in HARD_POLICIES:

@@ -62,6 +62,12 @@ class Victims:
     priority: int                   # the claim's: each victim's is lower
     any_preemptible: bool = False   # [preemption] preempt_non_preemptible
     max_per_minute: int = 0         # [preemption] max_per_host_per_minute (0: none)
+    #: [preemption] max_per_az_per_minute (0: none), the node's zone, the nodes
+    #: of that zone and the aggregates that make it (locked while counting).
+    max_per_zone_per_minute: int = 0
+    zone: str | None = None
+    zone_nodes: frozenset = frozenset()
+    zone_aggregates: tuple[int, ...] = ()
 
 
 class VictimGone(Exception):
@@ -70,7 +76,12 @@ class VictimGone(Exception):
 
 
 class BudgetExhausted(Exception):
-    """The node preempted ``[preemption] max_per_host_per_minute`` already."""
+    """The node preempted ``[preemption] max_per_host_per_minute`` already, or
+    its availability zone (``zone``) ``max_per_az_per_minute``."""
+
+    def __init__(self, message: str, zone: str | None = None) -> None:
+        super().__init__(message)
+        self.zone = zone
 
 
 def _eligible(priority: int, any_preemptible: bool):
@@ -81,48 +92,6 @@ def _eligible(priority: int, any_preemptible: bool):
     if not any_preemptible:
         where.append(_cons.c.preemptible == sa.true())
     return sa.and_(*where)
-
-
-@dataclasses.dataclass
-class NodeSummary:
-    """What a node's eligible consumers hold together: enough to prune the node
-    and bound its cheapest victims before reading them one by one."""
-
-    freeable: dict[tuple[int, str], int]      # (provider id, class) -> sum
-    largest: dict[str, int]                   # class -> the largest one consumer holds
-    count: int = 0
-    min_priority: int = 0
-    newest: datetime.datetime | None = None
-
-
-def node_summaries(db: Database, priority: int, any_preemptible: bool = False
-                   ) -> dict[int, NodeSummary]:
-    """node id -> the summary of the consumers a request of ``priority`` may
-    preempt there: two GROUP BYs, served by consumers_preemptible_idx."""
-    eligible = _eligible(priority, any_preemptible)
-    per_consumer = (sa.select(_cons.c.compute_node_id.label("node"),
-                              _items.c.provider_id.label("provider"),
-                              _items.c.resource_class.label("rc"),
-                              _items.c.amount.label("amount"))
-                    .join(_items, _items.c.consumer_id == _cons.c.id)
-                    .where(eligible).subquery())
-    amounts = (sa.select(per_consumer.c.node, per_consumer.c.provider, per_consumer.c.rc,
-                         sa.func.sum(per_consumer.c.amount), sa.func.max(per_consumer.c.amount))
-               .group_by(per_consumer.c.node, per_consumer.c.provider, per_consumer.c.rc))
-    counts = (sa.select(_cons.c.compute_node_id, sa.func.count(), sa.func.min(_cons.c.priority),
-                        sa.func.max(_cons.c.created_at))
-              .where(eligible).group_by(_cons.c.compute_node_id))
-    out: dict[int, NodeSummary] = {}
-    with db.reader_connection() as conn:
-        for node_id, n, low, newest in conn.execute(counts):
-            out[node_id] = NodeSummary({}, {}, int(n), int(low), newest)
-        for node_id, provider_id, rc, total, largest in conn.execute(amounts):
-            summary = out.get(node_id)
-            if summary is None:
-                continue
-            summary.freeable[(provider_id, rc)] = int(total)
-            summary.largest[rc] = max(summary.largest.get(rc, 0), int(largest))
-    return out
 
 
 _CANDIDATE_COLUMNS = (_cons.c.id, _cons.c.uuid, _cons.c.compute_node_id, _cons.c.priority,
@@ -136,80 +105,98 @@ def candidates(db: Database, priority: int, node_ids: Iterable[int],
     """node id -> the consumers on it a request of ``priority`` may preempt,
     with what each holds (and, when it holds devices, their pools); with
     ``uuids``, only those consumers (``node_ids`` is then not read)."""
-    rows: list = []
+    eligible = _eligible(priority, any_preemptible)
     with db.reader_connection() as conn:
         if uuids is not None:
-            for chunk in chunks(sorted(set(uuids))):
-                rows.extend(conn.execute(
-                    sa.select(*_CANDIDATE_COLUMNS)
-                    .where(_eligible(priority, any_preemptible),
-                           _cons.c.uuid.in_(chunk))).all())
+            found = _read_candidates(conn, eligible, _cons.c.uuid, sorted(set(uuids)))
         else:
-            for chunk in chunks(sorted(set(node_ids))):
-                rows.extend(conn.execute(
-                    sa.select(*_CANDIDATE_COLUMNS)
-                    .where(_eligible(priority, any_preemptible),
-                           _cons.c.compute_node_id.in_(chunk))).all())
-        amounts: dict[int, list] = {}
-        by_id = [r.id for r in rows]
-        for chunk in chunks(by_id):
-            for cid, p, rc, n in conn.execute(
-                    sa.select(_items.c.consumer_id, _items.c.provider_id,
-                              _items.c.resource_class, _items.c.amount)
-                    .where(_items.c.consumer_id.in_(chunk))):
-                amounts.setdefault(cid, []).append((p, rc, n))
-        pools: dict[str, list] = {}
-        with_devices = [r.uuid for r in rows if r.pci_devices]
-        if with_devices:
-            from db.pci import _POOL_COLUMNS
-            from pci.device import tags_from_text
-            from pci.pools import PoolKey
-
-            for chunk in chunks(with_devices):
-                for row in conn.execute(
-                        sa.select(_pci.c.instance_uuid, *_POOL_COLUMNS, sa.func.count())
-                        .where(_pci.c.instance_uuid.in_(chunk))
-                        .group_by(_pci.c.instance_uuid, *_POOL_COLUMNS)):
-                    key = PoolKey(*row[1:-2], tags_from_text(row[-2]))
-                    pools.setdefault(row[0], []).append((key, row[-1]))
+            found = _read_candidates(conn, eligible, _cons.c.compute_node_id,
+                                     sorted(set(node_ids)))
     out: dict[int, list[Candidate]] = {}
-    for r in rows:
-        out.setdefault(r.compute_node_id, []).append(Candidate(
-            uuid=r.uuid, node_id=r.compute_node_id, priority=r.priority,
-            created_at=r.created_at, project_id=r.project_id,
-            instance_group=r.instance_group, numa_cells=r.numa_cells,
-            amounts=tuple(sorted(amounts.get(r.id, ()))),
-            pci_pools=tuple(pools.get(r.uuid, ()))))
+    for c, _preemptible, _pending in found:
+        out.setdefault(c.node_id, []).append(c)
     return out
 
 
-def cheapest_singles(db: Database, priority: int, any_preemptible: bool,
-                     at_least: dict[str, int], skip_nodes=(), limit: int = 64
-                     ) -> list[tuple[str, int]]:
-    """(uuid, node id) of the eligible consumers that each hold at least
-    ``at_least`` ({class: amount}), lowest priority then newest first: the
-    cheapest single victims under ``least_disruption``. Reads the cheapest
-    ``4 x limit`` eligible consumers, then their amounts (two queries: cheaper
-    than testing every eligible consumer's amounts in SQL)."""
-    where = [_eligible(priority, any_preemptible)]
-    if skip_nodes:
-        where.append(_cons.c.compute_node_id.not_in(sorted(skip_nodes)))
-    q = (sa.select(_cons.c.id, _cons.c.uuid, _cons.c.compute_node_id).where(*where)
-         .order_by(_cons.c.priority, _cons.c.created_at.desc(), _cons.c.id)
-         .limit(4 * limit))
+def _indexable(any_preemptible: bool):
+    """The consumers ``scheduler.preemptible_index`` keeps: instances that are
+    not moving and (unless ``any_preemptible``) preemptible, of any priority,
+    pending or not (their pending flag is kept with them)."""
+    where = [_cons.c.consumer_type == "instance",
+             sa.or_(_cons.c.move_state.is_(None), _cons.c.move_state != "moving")]
+    if not any_preemptible:
+        where.append(_cons.c.preemptible == sa.true())
+    return sa.and_(*where)
+
+
+def indexable(conn, node_ids: Sequence[int] | None, any_preemptible: bool
+              ) -> list[tuple[Candidate, bool, bool]]:
+    """(candidate, preemptible, pending) of every consumer the preemptible
+    index keeps, on ``node_ids`` (None: every node)."""
+    where = _indexable(any_preemptible)
+    if node_ids is None:
+        return _read_candidates(conn, where, None, None)
+    return _read_candidates(conn, where, _cons.c.compute_node_id, sorted(set(node_ids)))
+
+
+def pending_states(db: Database, uuids: Sequence[str]) -> dict[str, bool]:
+    """uuid -> whether the instance's claim is still pending (absent: it holds
+    nothing as an instance any more: released, preempted or moving)."""
+    out: dict[str, bool] = {}
     with db.reader_connection() as conn:
-        rows = conn.execute(q).all()
-        held: dict[int, dict[str, int]] = {}
-        if rows and at_least:
-            for cid, rc, amount in conn.execute(
-                    sa.select(_items.c.consumer_id, _items.c.resource_class, _items.c.amount)
-                    .where(_items.c.consumer_id.in_([r.id for r in rows]),
-                           _items.c.resource_class.in_(sorted(at_least)))):
-                per = held.setdefault(cid, {})
-                per[rc] = per.get(rc, 0) + amount
-    out = [(r.uuid, r.compute_node_id) for r in rows
-           if all(held.get(r.id, {}).get(rc, 0) >= n for rc, n in at_least.items())]
-    return out[:limit]
+        for chunk in chunks(sorted(set(uuids))):
+            for uuid, pending in conn.execute(
+                    sa.select(_cons.c.uuid, _cons.c.pending)
+                    .where(_indexable(True), _cons.c.uuid.in_(chunk))):
+                out[uuid] = bool(pending)
+    return out
+
+
+def _read_candidates(conn, where, column, values) -> list[tuple[Candidate, bool, bool]]:
+    """The consumers matching ``where`` (and ``column`` IN ``values`` unless
+    None), with what each holds and, when it holds devices, their pools:
+    (candidate, preemptible, pending)."""
+    rows: list = []
+    select = sa.select(*_CANDIDATE_COLUMNS, _cons.c.preemptible, _cons.c.pending).where(where)
+    if column is None:
+        rows.extend(conn.execute(select).all())
+    else:
+        for chunk in chunks(values):
+            rows.extend(conn.execute(select.where(column.in_(chunk))).all())
+    amounts: dict[int, list] = {}
+    items = sa.select(_items.c.consumer_id, _items.c.provider_id, _items.c.resource_class,
+                      _items.c.amount)
+    if column is None:
+        # every indexed consumer: one pass over the allocations they hold
+        wanted = {r.id for r in rows}
+        for cid, p, rc, n in conn.execute(
+                items.join(_cons, _cons.c.id == _items.c.consumer_id).where(where)):
+            if cid in wanted:
+                amounts.setdefault(cid, []).append((p, rc, n))
+    else:
+        for chunk in chunks([r.id for r in rows]):
+            for cid, p, rc, n in conn.execute(items.where(_items.c.consumer_id.in_(chunk))):
+                amounts.setdefault(cid, []).append((p, rc, n))
+    pools: dict[str, list] = {}
+    with_devices = [r.uuid for r in rows if r.pci_devices]
+    if with_devices:
+        from db.pci import _POOL_COLUMNS
+        from pci.device import tags_from_text
+        from pci.pools import PoolKey
+
+        for chunk in chunks(with_devices):
+            for row in conn.execute(
+                    sa.select(_pci.c.instance_uuid, *_POOL_COLUMNS, sa.func.count())
+                    .where(_pci.c.instance_uuid.in_(chunk))
+                    .group_by(_pci.c.instance_uuid, *_POOL_COLUMNS)):
+                key = PoolKey(*row[1:-2], tags_from_text(row[-2]))
+                pools.setdefault(row[0], []).append((key, row[-1]))
+    return [(Candidate(uuid=r.uuid, node_id=r.compute_node_id, priority=r.priority,
+                       created_at=r.created_at, project_id=r.project_id,
+                       instance_group=r.instance_group, numa_cells=r.numa_cells,
+                       amounts=tuple(sorted(amounts.get(r.id, ()))),
+                       pci_pools=tuple(pools.get(r.uuid, ()))),
+             bool(r.preemptible), bool(r.pending)) for r in rows]
 
 
 _LOCK_VICTIM = (sa.select(_cons.c.id, _cons.c.uuid, _cons.c.consumer_type,
@@ -223,6 +210,10 @@ _RECENT = (sa.select(sa.func.count()).select_from(_cons)
            .where(_cons.c.consumer_type == PREEMPTED,
                   _cons.c.compute_node_id == sa.bindparam("b_node"),
                   _cons.c.preempted_at > sa.bindparam("b_since")))
+_RECENT_NODES = (sa.select(_cons.c.compute_node_id)
+                 .where(_cons.c.consumer_type == PREEMPTED,
+                        _cons.c.preempted_at > sa.bindparam("b_since")))
+_agg = models.Aggregate.__table__
 _ITEMS_OF = sa.select(_items.c.provider_id, _items.c.resource_class, _items.c.amount).where(
     _items.c.consumer_id == sa.bindparam("b_id"))
 
@@ -241,6 +232,8 @@ def preempt_locked(conn, node_id: int, victims: Victims, by: str,
         if recent + len(victims.uuids) > victims.max_per_minute:
             raise BudgetExhausted(f"node {node_id} preempted {recent} instance(s) within "
                                   f"the last minute")
+    if victims.max_per_zone_per_minute:
+        _check_zone_budget(conn, victims, now)
     freed: list[tuple[int, str, int]] = []
     for uuid in sorted(victims.uuids):     # one lock order for every claim
         row = conn.execute(_LOCK_VICTIM, {"b_uuid": uuid}).mappings().first()
@@ -257,6 +250,24 @@ def preempt_locked(conn, node_id: int, victims: Victims, by: str,
         conn.execute(sa.update(_cons).where(_cons.c.id == row["id"]).values(
             consumer_type=PREEMPTED, preempted_by=by, preempted_at=now, pci_devices=None))
     return tuple(freed)
+
+
+def _check_zone_budget(conn, victims: Victims, now: datetime.datetime) -> None:
+    """Raise BudgetExhausted when the zone preempted its budget within the
+    window. The zone's aggregate rows are locked first, so that concurrent
+    claims in one zone count one after the other (a zone made of no aggregate,
+    the default one, has no row to lock: there two schedulers' claims on
+    different nodes may both count the same total)."""
+    if victims.zone_aggregates:
+        conn.execute(sa.select(_agg.c.id).where(_agg.c.id.in_(sorted(victims.zone_aggregates)))
+                     .with_for_update())
+    nodes = victims.zone_nodes
+    recent = sum(1 for (node_id,) in conn.execute(_RECENT_NODES,
+                                                  {"b_since": now - BUDGET_WINDOW})
+                 if node_id in nodes)
+    if recent + len(victims.uuids) > victims.max_per_zone_per_minute:
+        raise BudgetExhausted(f"availability zone {victims.zone} preempted {recent} "
+                              f"instance(s) within the last minute", zone=victims.zone)
 
 
 def preempted_count(db: Database) -> int:

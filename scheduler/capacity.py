@@ -64,9 +64,10 @@ def parse_requests(data: Any, parse) -> list[tuple[str, RequestSpec]]:
 
 
 def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None,
-          deadline=None) -> dict:
+          deadline=None, preempting: bool = False) -> dict:
     """How many more instances of ``spec`` fit now (on ``hosts`` only, if given),
-    within ``deadline`` (``scheduler.deadline.Deadline``) when given.
+    within ``deadline`` (``scheduler.deadline.Deadline``) when given;
+    ``preempting``: as if every instance it may preempt were gone.
 
     Returns ``{"fits": n, "limited_by": text}``: ``limited_by`` is why instance
     ``n + 1`` was refused (the NoValidHost explanation).
@@ -79,8 +80,12 @@ def count(scheduler, spec: RequestSpec, hosts: Sequence[str] | None = None,
         if not wanted:
             return {"fits": 0, "limited_by": "no hosts"}
         one = one.replace(force_hosts=tuple(sorted(wanted)))
-    fits, refusal = scheduler.count_fits(one, deadline) if deadline is not None \
-        else scheduler.count_fits(one)
+    if preempting:
+        fits, refusal = scheduler.count_fits(one, deadline, preempting=True)
+    elif deadline is not None:
+        fits, refusal = scheduler.count_fits(one, deadline)
+    else:
+        fits, refusal = scheduler.count_fits(one)
     return {"fits": fits, "limited_by": refusal.reason}
 
 
@@ -97,9 +102,11 @@ def _zones_and_aggregates(scheduler) -> tuple[dict[str, list[str]], dict[str, li
 
 
 def capacity(scheduler, requests: Sequence[tuple[str, RequestSpec]], per_az: bool = False,
-             per_aggregate: bool = False) -> list[dict]:
+             per_aggregate: bool = False, preempting: bool = False) -> list[dict]:
     """The count for each named request, optionally per zone and per aggregate,
-    all within one ``[scheduler] request_timeout`` (RequestTimeout past it)."""
+    all within one ``[scheduler] request_timeout`` (RequestTimeout past it);
+    ``preempting``: also ``fits_preempting``, the count as if every instance
+    the request may preempt (``scheduler.preemption``) were gone."""
     zones, aggregates = _zones_and_aggregates(scheduler) if (per_az or per_aggregate) \
         else ({}, {})
     deadline = scheduler.new_deadline()
@@ -107,6 +114,9 @@ def capacity(scheduler, requests: Sequence[tuple[str, RequestSpec]], per_az: boo
     for name, spec in requests:
         entry: dict[str, Any] = {"request": name, **count(scheduler, spec,
                                                           deadline=deadline)}
+        if preempting:
+            entry["fits_preempting"] = count(scheduler, spec, deadline=deadline,
+                                             preempting=True)["fits"]
         if per_az:
             entry["per_az"] = {z: count(scheduler, spec, hosts, deadline)["fits"]
                                for z, hosts in zones.items()}
@@ -118,9 +128,16 @@ def capacity(scheduler, requests: Sequence[tuple[str, RequestSpec]], per_az: boo
 
 
 def format_capacity(rows: Sequence[Mapping]) -> str:
-    lines = [f"{'REQUEST':32} {'FITS':>8}  LIMITED BY"]
+    preempting = any("fits_preempting" in row for row in rows)
+    head = f"{'REQUEST':32} {'FITS':>8}"
+    if preempting:
+        head += f" {'PREEMPTING':>10}"
+    lines = [f"{head}  LIMITED BY"]
     for row in rows:
-        lines.append(f"{row['request']:32} {row['fits']:>8}  {row['limited_by']}")
+        line = f"{row['request']:32} {row['fits']:>8}"
+        if preempting:
+            line += f" {row.get('fits_preempting', ''):>10}"
+        lines.append(f"{line}  {row['limited_by']}")
         for key, title in (("per_az", "az"), ("per_aggregate", "aggregate")):
             for where, n in (row.get(key) or {}).items():
                 lines.append(f"  {title} {where:{28 - len(title)}} {n:>8}")

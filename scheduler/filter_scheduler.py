@@ -144,6 +144,9 @@ _clock = time.perf_counter
 
 #: Near-best hosts one pick chooses among at most ([filter_scheduler] near_best_spread).
 NEAR_BEST_MAX = 16
+#: Why a request of several instances (not a dry run) does not preempt.
+MULTI_INSTANCE_REFUSAL = ("a request of several instances does not preempt (only a dry run "
+                          "of it does)")
 #: Searches one preempting placement makes at most (each after its last
 #: candidate lost a race).
 PREEMPTION_SEARCHES = 6
@@ -185,6 +188,8 @@ class _Request:
     dry_victims: set = dataclasses.field(default_factory=set)
     #: Nodes whose preemptions per minute are used up (not tried again).
     no_preemption_nodes: set = dataclasses.field(default_factory=set)
+    #: Availability zones whose preemptions per minute are used up.
+    no_preemption_zones: set = dataclasses.field(default_factory=set)
 
 
 #: ``pending_before`` that any pending claim is older than.
@@ -416,15 +421,17 @@ class FilterScheduler:
                     claimed.append(instance_uuid)
                     self.host_manager.note_placed(chosen, instance_uuid, group,
                                                   spec.image.properties)
+                    self._index_claim(req, chosen, instance_uuid, consumed)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
             if claimed and req.pending and not pending:
                 # the whole request is placed: keep it, unless one of its claims
                 # was released meanwhile (reaped, or given back by a failed
                 # retry of this same request), and then none of it
-                _, lost = claims.confirm(self.db, claimed)
+                confirmed, lost = claims.confirm(self.db, claimed)
                 if lost:
                     raise _ClaimsLost(lost)
+                self.host_manager.note_confirmed(confirmed)
             outcome = "placed"
         except _AlreadyPlaced as e:
             # Held already: by a placed request (a retry gets its placements),
@@ -484,8 +491,8 @@ class FilterScheduler:
         """The deadline of one request starting now (``[scheduler] request_timeout``)."""
         return Deadline(self.conf.scheduler.request_timeout, _clock)
 
-    def count_fits(self, spec: RequestSpec, deadline: Deadline | None = None
-                   ) -> tuple[int, exception.NoValidHost]:
+    def count_fits(self, spec: RequestSpec, deadline: Deadline | None = None,
+                   preempting: bool = False) -> tuple[int, exception.NoValidHost]:
         """How many more instances of ``spec`` (one per placement) fit now, and
         why the next one does not: a dry run that claims nothing.
 
@@ -506,6 +513,10 @@ class FilterScheduler:
         Bounded by ``[scheduler] request_timeout`` (RequestTimeout), not by
         ``max_request_work`` (which bounds a request's instances, not a count);
         or by ``deadline``, one several counts share (``scheduler.capacity``).
+
+        ``preempting``: count as if every instance the request may preempt
+        (lower priority, preemptible unless ``[preemption]
+        preempt_non_preemptible``) were gone (``_without_preemptibles``).
         """
         one = spec.replace(num_instances=1, instance_uuids=None)
         started = _clock()
@@ -518,6 +529,8 @@ class FilterScheduler:
         placed = 0
         given_up: set[int] = set()      # rows whose fit failed: nothing changes them
         own: set[int] = set()           # rows showing this count's private copy
+        if preempting:
+            own |= self._without_preemptibles(req)
         refused: collections.Counter = collections.Counter()
         for index in itertools.count():
             deadline.check(placed)
@@ -621,6 +634,7 @@ class FilterScheduler:
                            outcome, self.conf.scheduler.slow_request_ms, 1)
         self.host_manager.note_placed(chosen, instance_uuid, req.group, spec.image.properties)
         self.host_manager.refresh_nodes([move_from.source_node_id])
+        self.host_manager.reindex_preemptibles([move_from.source_node_id, chosen.node_id])
         return chosen, self._selections(weight, chosen, consumed, alternates, spec,
                                         instance_uuid, return_alternates)
 
@@ -633,6 +647,34 @@ class FilterScheduler:
                  "%.2f s); the next one: %s", placed, rounds, req.cycle.cols.n,
                  _clock() - started, e.reason)
         return placed, e
+
+    def _without_preemptibles(self, req: _Request) -> set[int]:
+        """Show every host of ``req``'s cycle without the instances the request
+        may preempt (what-if copies); returns the rows changed. Their server
+        group members stop counting on their hosts too."""
+        from db import preemption as db_preemption
+        from scheduler import preemption
+
+        any_preemptible = self.conf.preemption.preempt_non_preemptible
+        index = self.host_manager.preemptible_index(any_preemptible)
+        cycle = req.cycle
+        room = preemption.Room.of(cycle.cols, index.view(req.priority, any_preemptible, ()),
+                                  {})
+        changed: set[int] = set()
+        for row in np.unique(room.rows[room.rows >= 0]).tolist():
+            req.deadline.pace()
+            host = cycle.cols.hosts[row]
+            victims = [c for c in room.candidates_on(host.node_id) if c.uuid in host.instances]
+            if not victims:
+                continue
+            fitted = {c.uuid: db_preemption.numa_cells_json(c.numa_cells) for c in victims}
+            gone = sum(1 for c in victims if req.group is not None and
+                       c.instance_group == req.group)
+            if gone:
+                req.local_group[host.host] -= gone
+            cycle.overlay(row, preemption.what_if(host, victims, fitted))
+            changed.add(row)
+        return changed
 
     def _count_one(self, req: _Request, host: HostState, consumed: Consumed,
                    placed: int) -> None:
@@ -687,7 +729,9 @@ class FilterScheduler:
                 ) -> tuple[list[str], list[str]]:
         """Confirm pending claims: (instances that hold one, those that hold none);
         ``project``: only that project's claims count (``db.claims.confirm``)."""
-        return claims.confirm(self.db, instance_uuids, project)
+        confirmed, unknown = claims.confirm(self.db, instance_uuids, project)
+        self.host_manager.note_confirmed(confirmed)
+        return confirmed, unknown
 
     def reschedule(self, instance_uuid: str, failed_host: str,
                    return_alternates: bool = False, pending: bool = False
@@ -896,6 +940,19 @@ class FilterScheduler:
         raise exception.NoValidHost(reason=Explanation.text(summary), summary=summary)
 
     # -- preemption ------------------------------------------------------------
+    def _index_claim(self, req: _Request, host: HostState, instance_uuid: str,
+                     consumed: Consumed) -> None:
+        """Tell the preemptible index of a claim written (a request of higher
+        priority may preempt it later)."""
+        numa_cells = None
+        if consumed.numa_fitted is not None:
+            numa_cells = json.dumps(consumed.numa_fitted.to_primitive(), sort_keys=True)
+        self.host_manager.note_claimed(
+            host, instance_uuid, req.group, items=claim_items(host, consumed.assignment),
+            priority=req.priority, preemptible=req.spec.priority.preemptible,
+            pending=req.pending, project_id=req.spec.project_id, numa_cells=numa_cells,
+            pci_pools=[(key, count) for _i, key, count in consumed.pci_picks])
+
     def _victim_cost(self):
         if self._cost is None:
             from scheduler import victim_costs
@@ -917,9 +974,12 @@ class FilterScheduler:
         if not opts.enabled:
             outcome = preemption.Outcome()
             outcome.reasons["preemption is off ([preemption] enabled)"] += 1
-        elif req.spec.num_instances > 1:
+        elif req.spec.num_instances > 1 and not req.dry_run:
+            # Its instances are claimed one transaction each: one failing after
+            # others preempted would leave their victims preempted for a request
+            # that failed (their room handed back while they still run).
             outcome = preemption.Outcome()
-            outcome.reasons["a request of several instances does not preempt"] += 1
+            outcome.reasons[MULTI_INSTANCE_REFUSAL] += 1
         else:
             search = preemption.PreemptionSearch(self.db, self.host_manager, self.conf,
                                                  self._fit, self._victim_cost())
@@ -960,7 +1020,9 @@ class FilterScheduler:
                 if req.dry_run:
                     req.dry_victims.update(v.uuid for v in found.victims)
                     consumed = dataclasses.replace(found.consumed, victims=found.victims)
-                    return 0.0, found.host, consumed, []
+                    # the state with the victims gone: the next instances of
+                    # the dry run see this one placed on it (_show_dry_claim)
+                    return 0.0, found.what_if, consumed, []
                 try:
                     consumed = self._claim_preempting(req, found, instance_uuid)
                 except claims.DuplicateAllocation:
@@ -969,10 +1031,14 @@ class FilterScheduler:
                     metrics.count_claim_conflict("preemption")
                     LOG.info("Preempting claim on %s refused (%s); searching again",
                              found.host.host, e)
-                    if e.budget:
+                    if e.zone is not None:
+                        req.no_preemption_zones.add(e.zone)
+                        req.no_preemption_nodes |= self.host_manager.zone_nodes(e.zone)
+                    elif e.budget:
                         req.no_preemption_nodes.add(found.host.node_id)
                     lost[found.host.node_id] += 1
                     self.host_manager.refresh_nodes([found.host.node_id])
+                    self.host_manager.reindex_preemptibles([found.host.node_id])
                     continue
                 except claims.ClaimConflict as e:
                     metrics.count_claim_conflict("generation")
@@ -986,7 +1052,10 @@ class FilterScheduler:
                          found.host.host, ", ".join(v.uuid for v in found.victims),
                          req.priority)
                 return 0.0, found.host, consumed, []
-            if req.no_preemption_nodes:
+            if req.no_preemption_zones:
+                outcome.reasons["[preemption] max_per_az_per_minute reached"] += \
+                    len(req.no_preemption_zones)
+            elif req.no_preemption_nodes:
                 outcome.reasons["[preemption] max_per_host_per_minute reached"] += \
                     len(req.no_preemption_nodes)
         summary["filters"].append(outcome.summary_entry())
@@ -1000,10 +1069,17 @@ class FilterScheduler:
 
         host = found.host
         opts = self.conf.preemption
+        zone = host.availability_zone
+        per_zone = opts.max_per_az_per_minute
         victims = db_preemption.Victims(
             uuids=tuple(v.uuid for v in found.victims), priority=req.priority,
             any_preemptible=opts.preempt_non_preemptible,
-            max_per_minute=opts.max_per_host_per_minute)
+            max_per_minute=opts.max_per_host_per_minute,
+            max_per_zone_per_minute=per_zone, zone=zone,
+            zone_nodes=self.host_manager.zone_nodes(zone) if per_zone else frozenset(),
+            zone_aggregates=tuple(sorted(
+                a.id for a in host.aggregates
+                if a.metadata.get("availability_zone") == zone)) if per_zone else ())
         persist = self._persister(req, instance_uuid)
         with host.lock():
             if host.generation != found.seen_generation:

@@ -325,6 +325,9 @@ class HostColumns:
         for i, hs in enumerate(self.hosts):
             self.index_by_host.setdefault(hs.host, []).append(i)
             self.row_of_node[hs.node_id] = i
+        #: Per row its node id, and node id -> row as a dense array (-1: none).
+        self._node_ids: np.ndarray | None = None
+        self._node_rows: np.ndarray | None = None
         self._write_rows(range(n))
 
     # -- writing (the owner only) ---------------------------------------------
@@ -416,6 +419,25 @@ class HostColumns:
             res.forget()
 
     # -- reading ----------------------------------------------------------------
+    def node_ids(self) -> np.ndarray:
+        """Per row, its node id (built on first use; rows never change)."""
+        if self._node_ids is None:
+            self._node_ids = np.fromiter((hs.node_id for hs in self.hosts), dtype=np.int64,
+                                         count=self.n)
+        return self._node_ids
+
+    def rows_of_nodes(self, node_ids: np.ndarray) -> np.ndarray:
+        """The row of each of ``node_ids`` (-1: not one of these rows), a new array."""
+        if self._node_rows is None:
+            ids = self.node_ids()
+            lookup = np.full(int(ids.max()) + 1 if len(ids) else 1, -1, dtype=np.int64)
+            lookup[ids] = np.arange(self.n)
+            self._node_rows = lookup
+        lookup = self._node_rows
+        node_ids = np.asarray(node_ids, dtype=np.int64)
+        inside = (node_ids >= 0) & (node_ids < len(lookup))
+        return np.where(inside, lookup[np.where(inside, node_ids, 0)], -1)
+
     def resources(self, rc: str) -> ResourceColumns:
         """The columns of resource class ``rc`` (all absent when no row has it)."""
         res = self._res.get(rc)
@@ -533,6 +555,8 @@ class HostColumns:
         other.cell_columns = self.cell_columns
         other.index_by_host = self.index_by_host
         other.row_of_node = self.row_of_node
+        other._node_ids = self._node_ids
+        other._node_rows = self._node_rows
         other._agg_min = {k: (v.copy(), p.copy()) for k, (v, p) in self._agg_min.items()}
         other._agg_source = list(self._agg_source)
         other._agg_rows = None

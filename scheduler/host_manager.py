@@ -34,6 +34,7 @@ from scheduler import metrics, provider_tree
 from scheduler.host_classes import HostClasses
 from scheduler.host_columns import HostColumns
 from scheduler.host_state import AggregateInfo, Consumed, HostState
+from scheduler.preemptible_index import PreemptibleIndex
 
 LOG = logging.getLogger(__name__)
 
@@ -95,6 +96,10 @@ class HostManager:
         # Serialises writes to the live columns with their replacement.
         self._columns_lock = threading.Lock()
         self.columns = HostColumns([], HostClasses())
+        #: The instances requests of higher priority could preempt.
+        self.preemptibles = PreemptibleIndex(self._index_everyone())
+        #: availability zone -> its node ids (``zone_nodes``), None: to compute.
+        self._zones: dict | None = None
         self.loaded = False
 
     # -- public -----------------------------------------------------------
@@ -288,6 +293,7 @@ class HostManager:
                 host.instance_images[instance_uuid] = queries.image_pairs(image_properties)
 
     def note_released(self, instance_uuid: str) -> None:
+        self.preemptibles.remove(instance_uuid)
         with self._index_lock:
             node_id = self._instance_node.pop(instance_uuid, None)
             host = self._hosts.get(node_id) if node_id is not None else None
@@ -297,6 +303,83 @@ class HostManager:
             host.instance_images.pop(instance_uuid, None)
             if group:
                 self._uncount_group(group, host.host)
+
+    def note_claimed(self, host: HostState, instance_uuid: str, group: str | None, *,
+                     items, priority: int, preemptible: bool, pending: bool,
+                     project_id: str | None, numa_cells=None, pci_pools=()) -> None:
+        """A claim this process wrote, for the preemptible index (``items``:
+        (provider id, class, amount) as claimed)."""
+        from db.preemption import Candidate
+
+        self.preemptibles.add(Candidate(
+            uuid=instance_uuid, node_id=host.node_id, priority=priority,
+            created_at=utcnow(), project_id=project_id, instance_group=group,
+            numa_cells=numa_cells, amounts=tuple(sorted(items)),
+            pci_pools=tuple(pci_pools)), preemptible, pending)
+
+    def note_confirmed(self, instance_uuids) -> None:
+        self.preemptibles.confirmed(instance_uuids)
+
+    def zone_nodes(self, zone: str | None) -> frozenset[int]:
+        """The node ids of the cached hosts in availability zone ``zone``
+        (remembered until hosts or aggregates change)."""
+        zones = self._zones
+        if zones is None:
+            grouped: dict = {}
+            for hs in list(self._hosts.values()):
+                grouped.setdefault(hs.availability_zone, set()).add(hs.node_id)
+            zones = self._zones = {z: frozenset(n) for z, n in grouped.items()}
+        return zones.get(zone, frozenset())
+
+    def preemptible_index(self, any_preemptible: bool) -> PreemptibleIndex:
+        """The index, holding non-preemptible instances too when
+        ``any_preemptible`` (read in full the first time they are asked for)."""
+        def missing() -> bool:
+            index = self.preemptibles
+            return not index.loaded or (any_preemptible and not index.any_preemptible)
+
+        if missing():
+            with self._refresh_lock:
+                if missing():
+                    def load():
+                        with self._reader() as conn:
+                            self._load_preemptibles(conn, None, any_preemptible
+                                                    or self._index_everyone())
+                    self._with_retry(load)
+        return self.preemptibles
+
+    def reindex_preemptibles(self, node_ids) -> None:
+        """Re-read the indexed instances of ``node_ids`` (a victim was gone)."""
+        def load():
+            with self._reader() as conn:
+                self._load_preemptibles(conn, list(node_ids), self.preemptibles.any_preemptible)
+        with self._refresh_lock:
+            self._with_retry(load)
+
+    def _index_everyone(self) -> bool:
+        try:
+            return bool(self.conf.preemption.preempt_non_preemptible)
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+            return False
+
+    def _preempting(self) -> bool:
+        try:
+            return bool(self.conf.preemption.enabled)
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+            return False
+
+    def _load_preemptibles(self, conn, node_ids, any_preemptible: bool) -> None:
+        """Read the preemptible index for ``node_ids`` (None: in full); nodes
+        are read only once the index was loaded in full."""
+        from db import preemption as db_preemption
+
+        if node_ids is not None and not self.preemptibles.loaded:
+            return
+        rows = db_preemption.indexable(conn, node_ids, any_preemptible)
+        if node_ids is None:
+            self.preemptibles.load(rows, any_preemptible)
+        else:
+            self.preemptibles.replace_nodes(node_ids, rows)
 
     def _place(self, host: HostState, instance_uuid: str, group: str | None) -> None:
         host.instances[instance_uuid] = group
@@ -320,6 +403,11 @@ class HostManager:
                 hs.set_providers(*provider_tree.from_records(trees.get(hs.node_id)))
                 self._hosts[hs.node_id] = hs
             self._load_instances(conn, None)
+            if self._preempting():
+                self._load_preemptibles(conn, None, self._index_everyone()
+                                        or self.preemptibles.any_preemptible)
+            else:
+                self.preemptibles = PreemptibleIndex(self._index_everyone())
             if self.load_pci_pools:
                 self._load_pools(conn, None)
             self._reload_aggregates(conn)
@@ -386,6 +474,7 @@ class HostManager:
         metrics.count_nodes_reloaded(len(ids))
         trees = queries.load_providers(conn, ids)
         by_node = queries.instances_by_node(conn, ids)
+        self._load_preemptibles(conn, ids, self.preemptibles.any_preemptible)
         images = queries.instance_images_by_node(conn, ids) if self.load_instance_images \
             else None
         pools = None
@@ -415,6 +504,7 @@ class HostManager:
                     hs.pci_pools = pools.get(hs.node_id, ())
                 hs.set_aggregates(self._aggs_by_host.get(hs.host, ()), default_az)
             updated.append(hs)
+        self._zones = None
         self._index_instances(updated, by_node, images)
         if added:
             self._reindex()
@@ -475,6 +565,7 @@ class HostManager:
             if aggs != hs.aggregates or hs.availability_zone is None:
                 with self._changing(hs):
                     hs.set_aggregates(aggs, default_az)
+                self._zones = None
 
     def _heartbeats_due(self) -> bool:
         return time.monotonic() - self._heartbeat_read_at >= \
@@ -506,6 +597,7 @@ class HostManager:
         hs = self._hosts.pop(node_id, None)
         if hs is None:
             return
+        self.preemptibles.drop_node(node_id)
         with self._index_lock:
             for inst, group in hs.instances.items():
                 if self._instance_node.get(inst) == hs.node_id:
@@ -527,6 +619,7 @@ class HostManager:
         """Rebuild the ordered list, the name index and the columns (only when
         hosts were added or removed). The class codes and the answers remembered
         for them carry over: they name host states, not rows."""
+        self._zones = None
         ordered = sorted(self._hosts.values(), key=lambda h: h.node_id)
         by_host: dict[str, list[HostState]] = {}
         for hs in ordered:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from oslo_config import cfg
 
@@ -47,6 +48,10 @@ preemption_opts = [
     cfg.IntOpt("max_per_host_per_minute", default=10, min=0,
                help="Instances preempted on one host within a minute at most, "
                     "counted in the claim's transaction; 0 means no limit."),
+    cfg.IntOpt("max_per_az_per_minute", default=0, min=0,
+               help="Instances preempted in one availability zone within a minute at "
+                    "most, counted in the claim's transaction (serialised by a lock "
+                    "on the zone's aggregates); 0 means no limit."),
     cfg.IntOpt("exact_search_limit", default=12, min=1,
                help="On a host with at most this many instances that may be "
                     "preempted, every set of them is tried (fewest victims, then "
@@ -96,6 +101,38 @@ class Priority:
                 raise InvalidRequest(field=f"flavor.extra_specs.{PREEMPTIBLE_KEY}",
                                      reason=f"expected true or false, got {raw!r}")
             preemptible = word == "true"
+        return cls(value, preemptible)
+
+
+    @classmethod
+    def from_request(cls, data: Mapping[str, Any], specs: Mapping[str, str]) -> Priority:
+        """The request's ``priority`` and ``preemptible`` fields, which mirror
+        the flavor's ``berth:priority`` / ``berth:preemptible``: either form may
+        be given, and where both are they must agree. InvalidRequest names the
+        field."""
+        flavor = cls.from_extra_specs(specs)
+        value, preemptible = flavor.value, flavor.preemptible
+        raw = data.get("priority")
+        if raw is not None:
+            if isinstance(raw, bool) or not isinstance(raw, int) \
+                    or not MIN_PRIORITY <= raw <= MAX_PRIORITY:
+                raise InvalidRequest(field="priority", reason=f"expected an integer from "
+                                                              f"{MIN_PRIORITY} to "
+                                                              f"{MAX_PRIORITY}, got {raw!r}")
+            if flavor.value is not None and flavor.value != raw:
+                raise InvalidRequest(field="priority", reason=(
+                    f"{raw} conflicts with flavor.extra_specs.{PRIORITY_KEY}={flavor.value}"))
+            value = raw
+        raw = data.get("preemptible")
+        if raw is not None:
+            if not isinstance(raw, bool):
+                raise InvalidRequest(field="preemptible",
+                                     reason=f"expected true or false, got {raw!r}")
+            if PREEMPTIBLE_KEY in specs and flavor.preemptible != raw:
+                raise InvalidRequest(field="preemptible", reason=(
+                    f"{str(raw).lower()} conflicts with flavor.extra_specs."
+                    f"{PREEMPTIBLE_KEY}={str(flavor.preemptible).lower()}"))
+            preemptible = raw
         return cls(value, preemptible)
 
 

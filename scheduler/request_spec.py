@@ -37,7 +37,7 @@ MAX_PCI_DEVICES = 1024
 _TOP_LEVEL = frozenset({
     "num_instances", "instance_uuids", "project_id", "user_id", "flavor", "image",
     "availability_zone", "scheduler_hints", "instance_group", "pci_requests",
-    "force_hosts", "force_nodes", "ignore_hosts", "member_of",
+    "force_hosts", "force_nodes", "ignore_hosts", "member_of", "priority", "preemptible",
 })
 _FLAVOR_KEYS = frozenset({"name", "vcpus", "memory_mb", "root_gb", "ephemeral_gb", "swap",
                           "extra_specs", "id", "flavorid"})
@@ -292,7 +292,7 @@ class RequestSpec:
             force_nodes=strings(data.get("force_nodes"), "force_nodes"),
             ignore_hosts=strings(data.get("ignore_hosts"), "ignore_hosts"),
             raw_pci_requests=tuple(raw_pci),
-            priority=Priority.from_extra_specs(flavor.extra_specs),
+            priority=Priority.from_request(data, flavor.extra_specs),
         )
         _check_address_bits(flavor, image)
         numa_topology = _numa_topology(flavor, image)
@@ -326,6 +326,10 @@ class RequestSpec:
             out["pci_requests"] = list(self.raw_pci_requests)
         if self.raw_member_of is not None:
             out["member_of"] = self.raw_member_of
+        if self.priority.value is not None:
+            out["priority"] = self.priority.value
+        if self.priority.preemptible:
+            out["preemptible"] = True
         return out
 
     def for_one_instance(self) -> RequestSpec:

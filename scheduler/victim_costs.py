@@ -28,6 +28,12 @@ class BaseVictimCost:
     #: database can list the cheapest single victims directly.
     single_by_priority_then_newest = False
 
+    #: Whether ``bound`` stays a bound when ``newest`` is the creation time of
+    #: the host's ``size``-th newest candidate (no set of ``size`` of them has
+    #: an oldest member newer than that): then the search passes that, a
+    #: tighter bound for plugins that count the oldest victim.
+    bound_uses_kth_newest = False
+
     def bound(self, size: int, min_priority: int, newest) -> tuple | None:
         """A key no set of ``size`` victims of a host can beat, given the lowest
         priority and the newest creation time among its candidates (None: no
@@ -46,6 +52,8 @@ class LeastDisruptionCost(BaseVictimCost):
     the most recently created (the work lost is the least)."""
 
     single_by_priority_then_newest = True
+    #: the third part of ``cost`` is the oldest victim's creation
+    bound_uses_kth_newest = True
 
     def cost(self, victims: Sequence) -> tuple:
         return (max(v.priority for v in victims), sum(v.priority for v in victims),

@@ -1,4 +1,4 @@
-"""``berth-manage capacity FLAVOR.json [--per-az] [--per-aggregate] [--json]``.
+"""``berth-manage capacity FLAVOR.json [--per-az] [--per-aggregate] [--preempting] [--json]``.
 
 How many more instances of each given request fit right now on the fleet in the
 configured database, with the configured filters (``scheduler.capacity``).
@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also count per availability zone")
     parser.add_argument("--per-aggregate", action="store_true",
                         help="also count per aggregate")
+    parser.add_argument("--preempting", action="store_true",
+                        help="also count as if every instance the request may preempt "
+                             "(lower priority, preemptible) were gone")
     common.add_json_flag(parser)
     parser.set_defaults(func=do_capacity)
 
@@ -50,7 +53,8 @@ def do_capacity(args: argparse.Namespace) -> int:
     try:
         requests = capacity.parse_requests(data, scheduler.parse_request)
         rows = capacity.capacity(scheduler, requests, per_az=args.per_az,
-                                 per_aggregate=args.per_aggregate)
+                                 per_aggregate=args.per_aggregate,
+                                 preempting=args.preempting)
     finally:
         scheduler.host_manager.close()
     if args.json:

@@ -14,6 +14,10 @@ high-priority requests that can only be placed by preempting.
    ``--burst`` requests in all; every victim must be named once, and the
    ledger's invariants hold after.
 
+``--ask-vcpus N`` asks N vCPUs and 4 GiB per vCPU instead of 4 (above 8, no
+single instance of a full host holds enough: most placements need several
+victims).
+
 Prints one JSON document (timings in ms: p50, p95, max per phase).
 """
 from __future__ import annotations
@@ -250,7 +254,8 @@ def burst(url: str, procs: int, threads: int, total: int) -> dict:
     per = total // procs
     t = time.perf_counter()
     running = [subprocess.Popen([sys.executable, "-m", "tools.bench.preemption", "--worker",
-                                 url, "--threads", str(threads), "--burst", str(per)],
+                                 url, "--threads", str(threads), "--burst", str(per),
+                                 "--ask-vcpus", str(ASK[0])],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=os.path.dirname(os.path.dirname(os.path.dirname(
                                     os.path.abspath(__file__)))))
@@ -275,6 +280,7 @@ def burst(url: str, procs: int, threads: int, total: int) -> dict:
 
 
 def main(argv=None) -> int:
+    global ASK
     p = argparse.ArgumentParser()
     p.add_argument("--hosts", type=int, default=1000)
     p.add_argument("--backend", choices=["sqlite", "mariadb"], default="mariadb")
@@ -285,8 +291,11 @@ def main(argv=None) -> int:
     p.add_argument("--procs", type=int, default=4)
     p.add_argument("--threads", type=int, default=8)
     p.add_argument("--burst", type=int, default=200)
+    p.add_argument("--ask-vcpus", type=int, default=4,
+                   help="vCPUs each request asks (and 4 GiB per vCPU)")
     p.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    ASK = (args.ask_vcpus, args.ask_vcpus * 4096)
     if args.worker:
         import eventlet
 

@@ -121,3 +121,37 @@ def test_allow_preemption_over_rpc_and_the_version_cap(daemon):
         capped.select_destinations(None, SPEC, confirm="none")
     finally:
         cfg.CONF.clear_override("rpc_version_cap", group="scheduler")
+
+
+def _fields(extra=None, **fields):
+    return RequestSpec.from_primitive({"flavor": {
+        "vcpus": 1, "memory_mb": 512, "root_gb": 1, "extra_specs": extra or {}}, **fields})
+
+
+@pytest.mark.parametrize("extra, fields, want", [
+    ({}, {"priority": 7}, priority.Priority(7, False)),
+    ({}, {"preemptible": True}, priority.Priority(None, True)),
+    ({"berth:priority": "7"}, {"priority": 7, "preemptible": False},
+     priority.Priority(7, False)),
+    ({"berth:preemptible": "true"}, {"priority": -2}, priority.Priority(-2, True)),
+])
+def test_request_fields_mirror_the_extra_specs(extra, fields, want):
+    spec = _fields(extra, **fields)
+    assert spec.priority == want
+    again = RequestSpec.from_primitive(spec.to_primitive())
+    assert again.priority == want
+
+
+@pytest.mark.parametrize("extra, fields, field, text", [
+    ({}, {"priority": "7"}, "priority", "expected an integer"),
+    ({}, {"priority": True}, "priority", "expected an integer"),
+    ({}, {"priority": 2 ** 31}, "priority", "expected an integer"),
+    ({}, {"preemptible": "yes"}, "preemptible", "expected true or false"),
+    ({"berth:priority": "5"}, {"priority": 6}, "priority", "conflicts with"),
+    ({"berth:preemptible": "false"}, {"preemptible": True}, "preemptible", "conflicts with"),
+])
+def test_request_fields_bad_input_names_the_field(extra, fields, field, text):
+    with pytest.raises(exception.InvalidRequest) as e:
+        _fields(extra, **fields)
+    assert e.value.field == field
+    assert text in str(e.value)
