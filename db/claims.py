@@ -584,12 +584,20 @@ def confirm(db: Database, instance_uuids, project=ANY_PROJECT
                 matched = conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids,
                                                         "b_project": project}).rowcount
             if matched != len(uuids):
+                # A read waits until this node applied what the cluster
+                # committed before it (Galera: the session's wsrep_sync_wait
+                # covers reads, not UPDATEs): a claim committed through another
+                # node a moment ago is seen here, and confirmed below.
                 held = {u for u, owner in conn.execute(_HELD, {"b_uuids": uuids})
                         if project is ANY_PROJECT
                         or (project is not None and owner == project)}
                 unknown = [u for u in uuids if u not in held]
                 if unknown:
                     raise _NotAllHeld(unknown)
+                if project is ANY_PROJECT:
+                    conn.execute(_CONFIRM, {"b_uuids": uuids})
+                else:
+                    conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids, "b_project": project})
     except _NotAllHeld as e:
         return [], e.unknown
     return uuids, []
