@@ -52,21 +52,21 @@ class BusyScheduler(FakeScheduler):
 
 
 def _daemon(db, scheduler):
+    """An in-process daemon serving ``scheduler``: yields a client of it."""
     transport = rpc.get_transport(cfg.CONF, url=rpc.IN_PROCESS_TRANSPORT_URL)
     cfg.CONF.set_override("topic", "hard_" + uuid.uuid4().hex[:8], group="scheduler")
     service = SchedulerService(cfg.CONF, backend="threading", transport=transport,
                                scheduler=scheduler, db=db)
     service.start()
-    return service, transport
-
-
-@pytest.fixture
-def busy_daemon(sqlite_db):
-    service, transport = _daemon(sqlite_db, BusyScheduler())
     yield SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
     service.stop(5)
     transport.cleanup()
     cfg.CONF.clear_override("topic", group="scheduler")
+
+
+@pytest.fixture
+def busy_daemon(sqlite_db):
+    yield from _daemon(sqlite_db, BusyScheduler())
 
 
 def test_lock_conflicts_past_the_retries_are_service_unavailable(busy_daemon, caplog):
@@ -84,11 +84,7 @@ def test_lock_conflicts_past_the_retries_are_service_unavailable(busy_daemon, ca
 
 @pytest.fixture
 def daemon(sqlite_db):
-    service, transport = _daemon(sqlite_db, BrokenScheduler())
-    yield SchedulerAPI(cfg.CONF, transport=transport, timeout=10)
-    service.stop(5)
-    transport.cleanup()
-    cfg.CONF.clear_override("topic", group="scheduler")
+    yield from _daemon(sqlite_db, BrokenScheduler())
 
 
 def _no_server_details(error: BaseException) -> None:
