@@ -286,7 +286,11 @@ class BackgroundConfirmer:
             self._settle(request, RELEASED)
         if not batch:
             return
-        answer = self._send([u for r in batch for u in r.to_confirm()], batch)
+        # one instance in two requests (a select sent again, a move of an
+        # instance placed a moment ago) is confirmed once: the endpoint refuses
+        # a list that names an instance twice
+        answer = self._send(list(dict.fromkeys(u for r in batch for u in r.to_confirm())),
+                            batch)
         if answer is None:
             return
         unknown = set(answer.get("unknown") or ())

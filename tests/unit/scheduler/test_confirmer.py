@@ -46,6 +46,24 @@ def test_replies_that_arrive_together_are_confirmed_in_one_call(any_db, daemon,
     assert rows(any_db) == dict.fromkeys(uuids, False)
 
 
+def test_one_instance_in_two_requests_of_a_batch_is_confirmed_once(any_db, daemon,
+                                                                  scheduler_options):
+    """A select sent again for the same instance (its reply lost, say) lands
+    in the same batch: the confirm names the instance once (the endpoint
+    refuses duplicates; the moves soak lost placements to it)."""
+    import uuid
+
+    scheduler_options(confirm_batch_delay=0.3)
+    u = str(uuid.uuid4())
+    first = placed(daemon, instance_uuids=[u])
+    again = placed(daemon, instance_uuids=[u])
+    assert first == again == [u]
+    daemon.wait_confirmed([u], timeout=10)
+    assert daemon._confirmer.calls == 1
+    assert daemon._confirmer.state(u) == "confirmed"
+    assert rows(any_db) == {u: False}
+
+
 def test_a_lost_confirm_is_sent_again_until_answered(any_db, daemon, monkeypatch):
     real_confirm = daemon.confirm
     tries = []
