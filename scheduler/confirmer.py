@@ -124,6 +124,7 @@ class BackgroundConfirmer:
         self._queue: collections.deque[_Request] = collections.deque()
         self._by_uuid: dict[str, _Request] = {}
         self._settled: collections.deque[_Request] = collections.deque()
+        self._sending: list[_Request] = []      # the batch being sent
         self._thread: threading.Thread | None = None
         self._closing = False
         self.calls = 0                  # confirm calls sent (tests, benchmarks)
@@ -159,16 +160,21 @@ class BackgroundConfirmer:
 
     def forget(self, instance_uuid: str) -> None:
         """The caller releases this instance: do not confirm it (the rest of
-        its request is confirmed as before)."""
+        its request is confirmed as before). Every request still pending that
+        names it is told: a select sent again is a second request for the same
+        instance, and the first one's confirm must not take the release for a
+        lost claim."""
+        emptied = []
         with self._lock:
-            request = self._by_uuid.get(instance_uuid)
-            if request is None or request.state != PENDING:
-                return
-            request.released.add(instance_uuid)
-            if request.to_confirm() or request not in self._queue:
-                return
-            self._queue.remove(request)
-        self._settle(request, RELEASED)
+            for request in [*self._queue, *self._sending]:
+                if request.state != PENDING or instance_uuid not in request.uuids:
+                    continue
+                request.released.add(instance_uuid)
+                if not request.to_confirm() and request in self._queue:
+                    self._queue.remove(request)
+                    emptied.append(request)
+        for request in emptied:
+            self._settle(request, RELEASED)
 
     def state(self, instance_uuid: str) -> str | None:
         """``confirmed``, ``pending``, ``lost``, ``released`` (by the caller
@@ -246,6 +252,8 @@ class BackgroundConfirmer:
             linger = time.monotonic() + delay   # more replies may arrive meanwhile
             while not (self._closing or self._hurry) and time.monotonic() < linger:
                 self._lock.wait(linger - time.monotonic())
+            if not self._queue:     # all released by their caller meanwhile
+                return []
             # the first request's caller's requests, oldest first, as many as fit
             first = self._queue[0]
             batch: list[_Request] = []
@@ -259,6 +267,7 @@ class BackgroundConfirmer:
                 batch.append(request)
                 count += len(request.uuids)
             self._busy = True
+            self._sending = list(batch)
             return batch
 
     def _run(self) -> None:
@@ -277,6 +286,7 @@ class BackgroundConfirmer:
             finally:
                 with self._lock:
                     self._busy = False
+                    self._sending = []
                     self._lock.notify_all()
 
     def _confirm(self, batch: list[_Request]) -> None:

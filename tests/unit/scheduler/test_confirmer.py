@@ -244,3 +244,50 @@ def test_each_placement_is_confirmed_as_its_caller(any_db, daemon, scheduler_opt
     daemon.wait_confirmed(mine + theirs, timeout=10)
     assert sorted(sent) == [("pa", mine), ("pb", theirs)]
     assert rows(any_db) == dict.fromkeys(mine + theirs, False)
+
+
+def test_a_select_sent_again_then_released_loses_nothing(any_db, daemon, monkeypatch,
+                                                         caplog):
+    """The first select's confirm is on its way when the caller sends the
+    select again (its reply was late) and then releases the instance: both
+    requests know of the release. Before, only the second did, and the
+    first's confirm, answered "unknown", called the placement lost, logged an
+    ERROR and told ``on_claim_lost`` of an instance its caller had let go."""
+    import uuid
+
+    real_confirm = daemon.confirm
+    sent = []
+
+    def sent_again_and_released(ctxt, uuids):
+        sent.append(list(uuids))
+        if len(sent) == 1:
+            placed(daemon, instance_uuids=uuids)        # sent again meanwhile
+            assert daemon.release(None, uuids[0]) is True
+        return real_confirm(ctxt, uuids)
+
+    monkeypatch.setattr(daemon, "confirm", sent_again_and_released)
+    u = str(uuid.uuid4())
+    placed(daemon, instance_uuids=[u])
+    daemon.wait_confirmed([u], timeout=10)
+    assert daemon._confirmer.flush(10)
+    assert sent == [[u]] and rows(any_db) == {}
+    assert daemon._confirmer.state(u) == "released"
+    assert "is lost" not in caplog.text
+
+
+def test_a_queue_emptied_while_the_confirmer_lingers_keeps_it_running(
+        any_db, daemon, scheduler_options):
+    """Every queued request released during the batch delay: the confirmer's
+    thread goes on (it died on an empty queue, and the next placements
+    waited for a new thread)."""
+    scheduler_options(confirm_batch_delay=0.3)
+    gone = placed(daemon)
+    time.sleep(0.1)                 # the thread is lingering by now
+    assert daemon.release(None, gone[0]) is True
+    thread = daemon._confirmer._thread
+    time.sleep(0.5)
+    assert thread.is_alive()
+    kept = placed(daemon)
+    daemon.wait_confirmed(kept, timeout=10)
+    assert daemon._confirmer._thread is thread
+    assert rows(any_db) == {kept[0]: False}
