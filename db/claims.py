@@ -571,36 +571,44 @@ def confirm(db: Database, instance_uuids, project=ANY_PROJECT
     may act on its own project only; None: on no project's claims). The owner
     is part of the statement that confirms, so the caller's scope costs no
     query of its own, and the work is the same whoever holds them. One
-    statement when every instance holds its claim; when one does not, the
-    rows are read in the same transaction and it is rolled back."""
+    statement when every instance holds its claim; when one does not, that
+    transaction is rolled back and the answer is decided by a second one that
+    reads the rows first (Galera: a read that waits for the cluster)."""
     uuids = list(dict.fromkeys(instance_uuids))
     if not uuids:
         return [], []
     try:
         with db.hot_writer() as conn:
-            if project is ANY_PROJECT:
-                matched = conn.execute(_CONFIRM, {"b_uuids": uuids}).rowcount
-            else:
-                matched = conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids,
-                                                        "b_project": project}).rowcount
-            if matched != len(uuids):
-                # A read waits until this node applied what the cluster
-                # committed before it (Galera: the session's wsrep_sync_wait
-                # covers reads, not UPDATEs): a claim committed through another
-                # node a moment ago is seen here, and confirmed below.
-                held = {u for u, owner in conn.execute(_HELD, {"b_uuids": uuids})
-                        if project is ANY_PROJECT
-                        or (project is not None and owner == project)}
-                unknown = [u for u in uuids if u not in held]
-                if unknown:
-                    raise _NotAllHeld(unknown)
-                if project is ANY_PROJECT:
-                    conn.execute(_CONFIRM, {"b_uuids": uuids})
-                else:
-                    conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids, "b_project": project})
+            if _confirm_rows(conn, uuids, project) != len(uuids):
+                raise _NotAllHeld([])       # rolled back; decided below
+        return uuids, []
+    except _NotAllHeld:
+        pass
+    # Fewer matched than named: decide on a read that is the first statement
+    # of its transaction. On Galera, wsrep_sync_wait makes a transaction's
+    # first read wait until this node applied what the cluster committed
+    # before it; an UPDATE (with the value 1) and any statement after the
+    # first do not wait. A claim committed through another node a moment ago
+    # is seen here, and confirmed.
+    try:
+        with db.hot_writer() as conn:
+            held = {u for u, owner in conn.execute(_HELD, {"b_uuids": uuids})
+                    if project is ANY_PROJECT
+                    or (project is not None and owner == project)}
+            unknown = [u for u in uuids if u not in held]
+            if unknown:
+                raise _NotAllHeld(unknown)
+            _confirm_rows(conn, uuids, project)
     except _NotAllHeld as e:
         return [], e.unknown
     return uuids, []
+
+
+def _confirm_rows(conn, uuids: list[str], project) -> int:
+    """The confirming UPDATE; the rows it matched."""
+    if project is ANY_PROJECT:
+        return conn.execute(_CONFIRM, {"b_uuids": uuids}).rowcount
+    return conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids, "b_project": project}).rowcount
 
 
 _PENDING_BEFORE = (sa.select(_alloc.c.uuid)
