@@ -1307,7 +1307,8 @@ class FilterScheduler:
                 request_spec_id=req.spec_row_id, pending=req.pending,
                 group_policy=policy, group_max_per_host=max_per_host, host=host.host,
                 move_from=req.move_from, priority=req.priority,
-                preemptible=spec.priority.preemptible, victims=victims))
+                preemptible=spec.priority.preemptible, victims=victims,
+                image_properties=spec.image.properties or None))
             # The spec is stored by the request's first claim and shared by the
             # others: a 2 MB spec with 20 instances is stored once, not 20 times.
             req.spec_row_id = result.request_spec_id
