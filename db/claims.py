@@ -115,6 +115,7 @@ class ClaimResult:
     pci_addresses: tuple[str, ...] = ()
     pci_pools: tuple | None = None
     request_spec_id: int | None = None    # pass it to the request's next claims
+    at: datetime.datetime | None = None   # the node's updated_at as the claim stamped it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +132,7 @@ class Released:
     numa_topology: str | None = None      # the node's topology JSON after, if it changed
     pci_pools: tuple | None = None        # the node's pools after, if devices were freed
     preempted: bool = False               # a preempted consumer: nothing given back
+    at: datetime.datetime | None = None   # the node's updated_at as the release stamped it
 
 
 def _node_update(with_numa: bool, sign: int):
@@ -316,7 +318,7 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
-                       pci_pools=pools, request_spec_id=spec_id)
+                       pci_pools=pools, request_spec_id=spec_id, at=now)
 
 
 def _journal_claim(conn, rec: ClaimRecord, now: datetime.datetime, pools) -> None:
@@ -546,7 +548,7 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
                     pci_addresses=addresses, request_spec=spec_text,
                     instance_group=alloc["instance_group"],
                     generation=node["generation"] + 1,
-                    numa_topology=numa_after, pci_pools=pools)
+                    numa_topology=numa_after, pci_pools=pools, at=params["b_now"])
 
 
 def _remove_numa_usage(host_json: str, fitted_json: str) -> str:

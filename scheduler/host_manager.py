@@ -2,11 +2,14 @@
 
 Start-up loads every node, aggregate, heartbeat and allocation (and the PCI
 pools, only when PciPassthroughFilter is enabled). Each request then runs one
-narrow query for nodes whose ``updated_at`` moved, and re-reads full rows only
-for nodes whose ``generation`` is newer than the cached one, so a refresh
-never overwrites a newer in-memory consume and never double-counts one that
-the database already reflects (a consume bumps the cached generation to the
-value its claim wrote). Concurrent requests share one refresh.
+narrow query for nodes whose ``updated_at`` moved and the claims and releases
+journalled since (``db.node_changes``). A node whose ``generation`` is newer
+than the cached one takes the journalled claims and releases in between when
+every generation between has one, and is re-read in full otherwise. Either
+way a refresh never overwrites a newer in-memory consume and never
+double-counts one that the database already reflects (a consume bumps the
+cached generation to the value its claim wrote). Concurrent requests share
+one refresh.
 
 The HostManager is the only writer of its HostStates and of their columns:
 every change to a host (a refresh, a claim, a release) goes through it, and it
@@ -309,14 +312,15 @@ class HostManager:
 
     def note_claimed(self, host: HostState, instance_uuid: str, group: str | None, *,
                      items, priority: int, preemptible: bool, pending: bool,
-                     project_id: str | None, numa_cells=None, pci_pools=()) -> None:
+                     project_id: str | None, numa_cells=None, pci_pools=(),
+                     created_at: datetime.datetime | None = None) -> None:
         """A claim this process wrote, for the preemptible index (``items``:
-        (provider id, class, amount) as claimed)."""
+        (provider id, class, amount) as claimed; ``created_at``: as stored)."""
         from db.preemption import Candidate
 
         self.preemptibles.add(Candidate(
             uuid=instance_uuid, node_id=host.node_id, priority=priority,
-            created_at=utcnow(), project_id=project_id, instance_group=group,
+            created_at=created_at or utcnow(), project_id=project_id, instance_group=group,
             numa_cells=numa_cells, amounts=tuple(sorted(items)),
             pci_pools=tuple(pci_pools)), preemptible, pending)
 

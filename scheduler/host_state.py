@@ -94,6 +94,7 @@ class Consumed:
     generation: int = 0
     pci_pools: tuple | None = None   # the node's pools after the claim, when re-read
     victims: tuple = ()              # db.preemption.Candidate: preempted for this claim
+    at: datetime.datetime | None = None  # the node's updated_at as the claim stamped it
 
 
 _TOPOLOGIES: dict[str, Any] = {}
@@ -384,7 +385,7 @@ class HostState:
                 socket_of=self.socket_of())
         if consumed.generation > self.generation:
             self.generation = consumed.generation
-        self.updated = utcnow()
+        self.updated = consumed.at or utcnow()
 
     def unapply(self, released) -> bool:
         """Give back what a release freed (``db.claims.Released``), when this state
@@ -407,7 +408,7 @@ class HostState:
         if released.pci_pools is not None:
             self.pci_pools = released.pci_pools
         self.generation = released.generation
-        self.updated = utcnow()
+        self.updated = released.at or utcnow()
         return True
 
     def take_change(self, change, pools: bool) -> bool:
