@@ -17,12 +17,10 @@ import uuid
 
 import pytest
 
-from db import claims
+from db import claims, node_changes
 from db import hosts as db_hosts
-from db import node_changes
-from scheduler import exception
+from scheduler import exception, metrics
 from scheduler import fleet as fleet_mod
-from scheduler import metrics
 from scheduler.filter_scheduler import FilterScheduler
 from scheduler.host_manager import HostManager
 from scheduler.host_state import HostState
