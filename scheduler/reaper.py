@@ -37,7 +37,7 @@ LOG = logging.getLogger(__name__)
 
 LEASE = "claim-reaper"
 BATCH = 500         # pending claims released per round at most (the next round goes on)
-CHANGE_BATCH, CHANGE_BATCHES = 1000, 50     # node changes deleted per statement, per round
+CHANGE_BATCH, CHANGE_BATCHES = 1000, 200    # node changes deleted per statement, per round
 
 reaper_opts = [
     cfg.IntOpt("claim_ttl", default=300, min=0,
@@ -53,11 +53,13 @@ reaper_opts = [
                     "daemon — answers what was done (release: true) instead of "
                     "\"held nothing\". Keep it above the longest time a client may "
                     "re-send a call. The reaper deletes older ones; 0: never deleted."),
-    cfg.IntOpt("node_change_ttl", default=600, min=1,
+    cfg.IntOpt("node_change_ttl", default=120, min=1,
                help="Seconds each claim and release is kept in the node change "
                     "journal, from which the other schedulers' caches take it instead "
-                    "of re-reading the node. A cache that refreshes less often than "
-                    "this re-reads the node. The claim reaper deletes older ones."),
+                    "of re-reading the node (one row per claim and per release). A "
+                    "cache that did not refresh for longer re-reads the nodes changed "
+                    "meanwhile. The claim reaper deletes older rows every "
+                    "reaper_interval."),
     cfg.FloatOpt("reaper_interval", default=30.0, min=0.1,
                  help="Seconds between two rounds of the claim reaper (and between "
                       "two tries of a worker to become the deployment's reaper; the "

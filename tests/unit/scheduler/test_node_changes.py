@@ -19,6 +19,7 @@ import pytest
 
 from db import claims, node_changes
 from db import hosts as db_hosts
+from db.models import utcnow
 from scheduler import exception, metrics
 from scheduler import fleet as fleet_mod
 from scheduler.filter_scheduler import FilterScheduler
@@ -211,6 +212,26 @@ def test_old_changes_are_purged(sqlite_db, conf):  # noqa: F811
     sel = a.select_destinations(a.parse_request(
         {"flavor": {"vcpus": 1, "memory_mb": 256, "root_gb": 1}}))[0][0]
     a.release(sel.instance_uuid)
-    from db.models import utcnow
     assert node_changes.purge(sqlite_db, utcnow().replace(year=2000)) == 0
     assert node_changes.purge(sqlite_db, utcnow()) == 2
+
+
+def test_the_reaper_purges_changes_older_than_their_ttl(sqlite_db, conf,  # noqa: F811
+                                                        scheduler_options):
+    import datetime
+
+    from scheduler.reaper import ClaimReaper
+
+    rng = random.Random(4)
+    db_hosts.import_fleet(sqlite_db, fleet_mod.load_fleet(_fleet(rng, 3)))
+    a = FilterScheduler(HostManager(sqlite_db, conf), conf)
+    a.select_destinations(a.parse_request(
+        {"flavor": {"vcpus": 1, "memory_mb": 256, "root_gb": 1}}))
+    scheduler_options(node_change_ttl=60)
+    reaper = ClaimReaper(sqlite_db, a, conf)
+    reaper.run_once()
+    assert node_changes.purge(sqlite_db, utcnow()) == 1     # younger than the TTL: kept
+    a.select_destinations(a.parse_request(
+        {"flavor": {"vcpus": 1, "memory_mb": 256, "root_gb": 1}}))
+    reaper.run_once(now=utcnow() + datetime.timedelta(seconds=61))
+    assert node_changes.purge(sqlite_db, utcnow()) == 0
