@@ -235,3 +235,46 @@ def test_the_reaper_purges_changes_older_than_their_ttl(sqlite_db, conf,  # noqa
         {"flavor": {"vcpus": 1, "memory_mb": 256, "root_gb": 1}}))
     reaper.run_once(now=utcnow() + datetime.timedelta(seconds=61))
     assert node_changes.purge(sqlite_db, utcnow()) == 0
+
+
+def test_concurrent_workers_end_equal_to_a_fresh_load(mariadb_db, conf,  # noqa: F811
+                                                      monkeypatch):
+    """Threads of two workers place and release at once (refreshes racing
+    their own claims and releases): both caches end as a fresh load."""
+    import threading
+
+    rng = random.Random(11)
+    db_hosts.import_fleet(mariadb_db, fleet_mod.load_fleet(_fleet(rng, 12)))
+    workers = [FilterScheduler(HostManager(mariadb_db, conf), conf) for _ in range(2)]
+    counted = _Counted(monkeypatch)
+    errors: list = []
+
+    def run(s, seed):
+        r = random.Random(seed)
+        mine: list[str] = []
+        try:
+            for _ in range(15):
+                if mine and r.random() < 0.35:
+                    r.choice(workers).release(mine.pop(r.randrange(len(mine))))
+                    continue
+                try:
+                    spec = s.parse_request({"flavor": {
+                        "vcpus": r.choice([1, 2]), "memory_mb": r.choice([256, 1024]),
+                        "root_gb": 1}})
+                    mine.append(s.select_destinations(spec)[0][0].instance_uuid)
+                except exception.NoValidHost:
+                    pass
+        except Exception as e:      # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(s, 10 * i + j))
+               for i, s in enumerate(workers) for j in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    fresh = HostManager(mariadb_db, conf, load_pci_pools=True, load_instance_images=True)
+    for w in workers:
+        _assert_equal(w.host_manager, fresh)
+    assert counted.applied > 0
