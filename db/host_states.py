@@ -25,6 +25,7 @@ _alloc = models.Consumer.__table__
 _rp = models.ResourceProvider.__table__
 _inv = models.ProviderInventory.__table__
 _changes = models.NodeChange.__table__
+Timestamp = models.Timestamp
 
 NODE_COLUMNS = [c for c in _cn.c if c.name not in ("created_at", "deleted_at")]
 
@@ -87,6 +88,36 @@ def changes_since(conn: Connection, since: datetime.datetime) -> Changes:
         else:
             out.aggregates = (d, a)
     return out
+
+
+def _nodes_journal_query():
+    text = sa.literal(None, sa.Text)
+    ids = sa.bindparam("ids", expanding=True)
+    nodes = sa.select(sa.literal(0), _cn.c.id, _cn.c.generation, sa.literal(None, Timestamp),
+                      text).where(_cn.c.id.in_(ids), _cn.c.deleted == 0)
+    changes = sa.select(sa.literal(1), _changes.c.compute_node_id, _changes.c.generation,
+                        _changes.c.at, _changes.c.change).where(
+        _changes.c.at >= sa.bindparam("since"), _changes.c.compute_node_id.in_(ids))
+    return sa.union_all(nodes, changes)
+
+
+_NODES_JOURNAL = _nodes_journal_query()
+
+
+def nodes_journal(conn: Connection, node_ids: list[int], since: datetime.datetime
+                  ) -> tuple[dict[int, int], dict[int, dict[int, tuple[datetime.datetime, str]]]]:
+    """The live nodes' generations (id -> generation) and their claims and
+    releases journalled at or after ``since`` (as ``Changes.journal``), in one
+    round trip (the journal's rows by their ``at`` index)."""
+    generations: dict[int, int] = {}
+    journal: dict[int, dict[int, tuple[datetime.datetime, str]]] = {}
+    for kind, node_id, generation, at, text in conn.execute(
+            _NODES_JOURNAL, {"ids": list(node_ids), "since": since}):
+        if kind == 0:
+            generations[node_id] = generation
+        else:
+            journal.setdefault(node_id, {})[generation] = (at, text)
+    return generations, journal
 
 
 def heartbeats(conn: Connection, since: datetime.datetime | None = None,

@@ -209,11 +209,25 @@ class HostManager:
             self._refresh_gen += 1
 
     def refresh_nodes(self, node_ids) -> None:
-        """Re-read specific nodes now (after a claim conflict). Serialised with
+        """Bring specific nodes up to date now (after a claim conflict): from
+        the journal when only claims and releases changed them since the
+        cache's generation, else by re-reading them. Serialised with
         ``refresh``: both rewrite the instance and group indexes."""
         def load():
             with self._reader() as conn:
-                self._apply_node_rows(conn, queries.load_nodes(conn, node_ids), force=False)
+                todo = list(node_ids)
+                cached = {i: self._hosts[i] for i in todo if i in self._hosts}
+                if cached and self._since is not None:
+                    # changes not seen yet were stamped after the newest the
+                    # probe saw, or a little before it (committed late)
+                    since = self._since - datetime.timedelta(
+                        seconds=self.conf.scheduler.refresh_overlap_seconds)
+                    generations, journal = queries.nodes_journal(conn, list(cached), since)
+                    todo = [i for i in todo if i not in cached or i not in generations
+                            or not self._take_changes(cached[i], generations[i],
+                                                      journal.get(i, {}))]
+                if todo:
+                    self._apply_node_rows(conn, queries.load_nodes(conn, todo), force=False)
         with self._refresh_lock:
             self._with_retry(load)
 

@@ -278,3 +278,27 @@ def test_concurrent_workers_end_equal_to_a_fresh_load(mariadb_db, conf,  # noqa:
     for w in workers:
         _assert_equal(w.host_manager, fresh)
     assert counted.applied > 0
+
+
+def test_a_node_refreshed_after_a_conflict_takes_the_journal(any_db, conf,  # noqa: F811
+                                                             monkeypatch):
+    """``refresh_nodes`` (a claim conflict, a group's hosts) applies the
+    journalled changes of the nodes it is given; a node changed otherwise is
+    re-read."""
+    rng = random.Random(9)
+    db_hosts.import_fleet(any_db, fleet_mod.load_fleet(_fleet(rng, 4)))
+    a, b = (FilterScheduler(HostManager(any_db, conf), conf) for _ in range(2))
+    flavor = {"flavor": {"vcpus": 1, "memory_mb": 256, "root_gb": 1}}
+    hosts = b.host_manager.host_states()
+    counted = _Counted(monkeypatch)
+    first = a.select_destinations(a.parse_request(flavor))[0][0]
+    node = next(h.node_id for h in hosts if h.host == first.host)
+    a.select_destinations(a.parse_request({**flavor, "force_hosts": [first.host]}))
+    a.release(first.instance_uuid)
+    b.host_manager.refresh_nodes([node])
+    assert (counted.applied, counted.reread) == (3, 0)
+    claims.record_build_failure(any_db, first.host)
+    b.host_manager.refresh_nodes([node])
+    assert (counted.applied, counted.reread) == (3, 1)
+    _assert_equal(b.host_manager, HostManager(any_db, conf, load_pci_pools=True,
+                                              load_instance_images=True))
