@@ -24,7 +24,7 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from db import inventory, models, preemption, transitions
+from db import inventory, models, node_changes, preemption, transitions
 from db.api import Database, retry_on_deadlock
 
 _cn = models.ComputeNode.__table__
@@ -94,6 +94,7 @@ class ClaimRecord:
     priority: int = 0                     # berth:priority (or the project's default)
     preemptible: bool = False             # berth:preemptible
     victims: preemption.Victims | None = None   # preempted in the same transaction
+    image_properties: dict | None = None  # the request's image's (journalled for caches)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +115,7 @@ class ClaimResult:
     pci_addresses: tuple[str, ...] = ()
     pci_pools: tuple | None = None
     request_spec_id: int | None = None    # pass it to the request's next claims
+    at: datetime.datetime | None = None   # the node's updated_at as the claim stamped it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +132,7 @@ class Released:
     numa_topology: str | None = None      # the node's topology JSON after, if it changed
     pci_pools: tuple | None = None        # the node's pools after, if devices were freed
     preempted: bool = False               # a preempted consumer: nothing given back
+    at: datetime.datetime | None = None   # the node's updated_at as the release stamped it
 
 
 def _node_update(with_numa: bool, sign: int):
@@ -277,6 +280,10 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 raise ClaimConflict(f"node {rec.node_id}: "
                                     f"{', '.join(f'{rc} {n}' for _p, rc, n in rec.items)} "
                                     f"no longer fit")
+            if rec.move_from is None and rec.victims is None:
+                # Before the node's UPDATE (a conflict there rolls it back): the
+                # other schedulers apply it instead of reading the node again.
+                _journal_claim(conn, rec, now, pools)
             params = {"b_id": rec.node_id, "b_seen": rec.seen_generation, "b_now": now}
             if rec.numa_topology is not None:
                 params["b_numa"] = rec.numa_topology
@@ -311,7 +318,22 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
-                       pci_pools=pools, request_spec_id=spec_id)
+                       pci_pools=pools, request_spec_id=spec_id, at=now)
+
+
+def _journal_claim(conn, rec: ClaimRecord, now: datetime.datetime, pools) -> None:
+    """Write the claim's ``node_changes`` row (the node's next generation)."""
+    picked: dict = {}
+    for _request_id, key, count in rec.pci_picks:
+        picked[key] = picked.get(key, 0) + count
+    node_changes.record_claim(
+        conn, node_id=rec.node_id, generation=rec.seen_generation + 1, at=now,
+        consumer_uuid=rec.instance_uuid, consumer_type=rec.consumer_type,
+        instance_group=rec.instance_group, items=rec.items,
+        numa_topology=rec.numa_topology, pci_pools=pools, priority=rec.priority,
+        preemptible=rec.preemptible, pending=rec.pending, project_id=rec.project_id,
+        numa_cells=rec.numa_cells, device_pools=picked.items(),
+        image_properties=rec.image_properties)
 
 
 def _hand_over(conn, rec: ClaimRecord, now: datetime.datetime) -> None:
@@ -515,13 +537,18 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
         conn.execute(_RELEASE_WITH_NUMA, params)
     else:
         conn.execute(_RELEASE, params)
+    node_changes.record_release(
+        conn, node_id=node_id, generation=node["generation"] + 1, at=params["b_now"],
+        consumer_uuid=uuid, consumer_type=alloc["consumer_type"],
+        instance_group=alloc["instance_group"], items=amounts, numa_topology=numa_after,
+        pci_pools=pools)
     _remember(conn, alloc, kind, node["host"], spec_text, params["b_now"])
     return Released(instance_uuid=uuid, node_id=node_id, host=node["host"],
                     amounts=amounts, numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=spec_text,
                     instance_group=alloc["instance_group"],
                     generation=node["generation"] + 1,
-                    numa_topology=numa_after, pci_pools=pools)
+                    numa_topology=numa_after, pci_pools=pools, at=params["b_now"])
 
 
 def _remove_numa_usage(host_json: str, fitted_json: str) -> str:

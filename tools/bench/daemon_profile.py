@@ -597,13 +597,14 @@ def _print_phases(before: dict, after: dict) -> None:
     retries = sum(after[k] - before.get(k, 0.0) for k in after
                   if k[0] == "berth_claim_retries_total")
     reloaded = delta("berth_cache_nodes_reloaded_total", "")
+    applied = delta("berth_cache_node_changes_applied_total", "")
     refreshes = sum(after[k] - before.get(k, 0.0) for k in after
                     if k[0] == "berth_cache_refreshes_total")
     changed = delta("berth_cache_refresh_changed_rows_sum", "")
     print(f"   claim conflicts per placement {conflicts / selects:.3f}, retries "
           f"{retries / selects:.3f}; per placement: {refreshes / selects:.2f} refreshes, "
           f"{changed / selects:.2f} changed rows probed, {reloaded / selects:.2f} nodes "
-          f"re-read", flush=True)
+          f"re-read, {applied / selects:.2f} journalled changes applied", flush=True)
 
 
 if __name__ == "__main__":
