@@ -60,6 +60,22 @@ class Change:
     image_properties: Mapping | None = None
 
 
+#: Whether this process writes the journal (``write``): the daemon decides it
+#: from ``[scheduler] node_change_journal``. Not writing it is always safe: a
+#: generation without its row makes the other caches re-read the node.
+_writing = True
+
+
+def write(on: bool) -> None:
+    """Write the journal's rows from now on, or not."""
+    global _writing
+    _writing = bool(on)
+
+
+def writing() -> bool:
+    return _writing
+
+
 def record_claim(conn, *, node_id: int, generation: int, at: datetime.datetime,
                  consumer_uuid: str, consumer_type: str, instance_group: str | None,
                  items: Iterable[Item], numa_topology: str | None, pci_pools,
@@ -68,6 +84,8 @@ def record_claim(conn, *, node_id: int, generation: int, at: datetime.datetime,
     """Journal a claim, in its transaction (``pci_pools``: the node's pools
     after, None when no device changed; ``device_pools``: (PoolKey, count) of
     the devices it took)."""
+    if not _writing:
+        return
     from db import pci as db_pci
     from pci.pools import PciPool
 
@@ -89,6 +107,8 @@ def record_release(conn, *, node_id: int, generation: int, at: datetime.datetime
                    consumer_uuid: str, consumer_type: str, instance_group: str | None,
                    items: Iterable[Item], numa_topology: str | None, pci_pools) -> None:
     """Journal a release, in its transaction (as ``record_claim``)."""
+    if not _writing:
+        return
     from db import pci as db_pci
 
     change: dict = {"k": "r", "u": consumer_uuid, "t": consumer_type, "g": instance_group,

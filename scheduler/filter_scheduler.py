@@ -420,7 +420,8 @@ class FilterScheduler:
                 else:
                     claimed.append(instance_uuid)
                     self.host_manager.note_placed(chosen, instance_uuid, group,
-                                                  spec.image.properties)
+                                                  spec.image.properties,
+                                                  generation=consumed.generation)
                     self._index_claim(req, chosen, instance_uuid, consumed)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))

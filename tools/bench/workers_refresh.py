@@ -105,6 +105,9 @@ def main(argv: list[str]) -> int:
     from tools.bench.run import configure
 
     configure()
+    from db import node_changes
+
+    node_changes.write(True)    # several caches on one database, as workers > 1
     t0 = time.perf_counter()
     fleet = bench_fleet.generate_fleet(args.size, args.seed)
     bdb = bench_fleet.create_database("mariadb")
