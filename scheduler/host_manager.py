@@ -166,7 +166,12 @@ class HostManager:
             if host.generation >= released.generation:
                 return True     # a refresh took it from the journal already
             with self._changing(host):
-                return host.unapply(released)
+                done = host.unapply(released)
+            if done:
+                # the caller dropped it from the index before this; a refresh
+                # since (its claim, journalled or re-read) may have put it back
+                self.note_released(released.instance_uuid)
+            return done
 
     @contextlib.contextmanager
     def _changing(self, hs: HostState) -> Iterator[None]:
