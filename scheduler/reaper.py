@@ -64,9 +64,9 @@ reaper_opts = [
                     "when one worker is alone on its database). Set it on when several "
                     "daemons share one database (scheduler hosts, Galera). A cache "
                     "that finds no row re-reads the node. Off by default for now: "
-                    "with it, a cache of a worker whose threads race another "
-                    "worker's releases can keep an instance released meanwhile "
-                    "(found by a test, not yet explained)."),
+                    "with it, a test of two workers' threads placing and releasing "
+                    "at once ends, now and then, with a cache a generation or two "
+                    "behind the database (not yet explained)."),
     cfg.IntOpt("node_change_ttl", default=120, min=1,
                help="Seconds each claim and release is kept in the node change "
                     "journal, from which the other schedulers' caches take it instead "
