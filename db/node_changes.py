@@ -148,9 +148,6 @@ def decode(node_id: int, generation: int, at: datetime.datetime, text: str) -> C
 def purge(db: Database, before: datetime.datetime, limit: int = 1000) -> int:
     """Forget the oldest changes made before ``before`` (at most ``limit``);
     how many were deleted."""
-    with db.writer_connection() as conn:
-        ids = [row[0] for row in conn.execute(
-            sa.select(_t.c.id).where(_t.c.at < before).order_by(_t.c.at).limit(limit))]
-        if ids:
-            conn.execute(sa.delete(_t).where(_t.c.id.in_(ids)))
-    return len(ids)
+    from db import transitions
+
+    return transitions.purge_older(db, _t, before, limit)

@@ -86,9 +86,17 @@ def projects_of(db: Database, consumer_uuids) -> dict[str, str | None]:
 def purge(db: Database, before: datetime.datetime, limit: int = 1000) -> int:
     """Forget the oldest transitions made before ``before`` (at most ``limit``);
     how many were deleted."""
+    return purge_older(db, _t, before, limit)
+
+
+def purge_older(db: Database, table: sa.Table, before: datetime.datetime,
+                limit: int) -> int:
+    """Delete the oldest rows of ``table`` (an ``id`` and an ``at`` column)
+    stamped before ``before``, at most ``limit``; how many."""
     with db.writer_connection() as conn:
         ids = [row[0] for row in conn.execute(
-            sa.select(_t.c.id).where(_t.c.at < before).order_by(_t.c.at).limit(limit))]
+            sa.select(table.c.id).where(table.c.at < before).order_by(table.c.at)
+            .limit(limit))]
         if ids:
-            conn.execute(sa.delete(_t).where(_t.c.id.in_(ids)))
+            conn.execute(sa.delete(table).where(table.c.id.in_(ids)))
     return len(ids)
