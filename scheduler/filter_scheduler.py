@@ -1304,7 +1304,8 @@ class FilterScheduler:
                 items=claim_items(host, consumed.assignment), numa_topology=numa_after,
                 numa_cells=numa_cells, pci_picks=picks, project_id=spec.project_id,
                 user_id=spec.user_id, instance_group=group, request_spec=stored_spec,
-                request_spec_id=req.spec_row_id, pending=req.pending,
+                request_spec_id=req.spec_row_id, share_spec=spec.num_instances > 1,
+                pending=req.pending,
                 group_policy=policy, group_max_per_host=max_per_host, host=host.host,
                 move_from=req.move_from, priority=req.priority,
                 preemptible=spec.priority.preemptible, victims=victims))
