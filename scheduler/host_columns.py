@@ -268,6 +268,32 @@ class ResourceColumns:
             fits = inventory.fits(self.used, amount, self.total, self.reserved, ratio)
         return self.unit_ok(amount) & fits
 
+    def refused(self, amount: int, ratio: np.ndarray | None = None) -> np.ndarray:
+        """(n,): rows where no provider's inventory takes ``amount`` more
+        (``ratio``: an (n,) allocation ratio to use instead), i.e.
+        ``~admits(amount, ratio).any(axis=1)``. With one provider of the
+        class per row (the usual node) it is read on the root's column alone,
+        and the unit limits only where some row breaks them: two or three
+        passes over the rows instead of six."""
+        if self.k != 1:
+            if ratio is not None:
+                ratio = np.asarray(ratio).reshape(-1, 1)
+            return ~self.admits(amount, ratio).any(axis=1)
+        used = self.data[3, :, 0]
+        if ratio is None:
+            fits = inventory.within(used, amount, self.usable()[:, 0])
+        else:
+            fits = inventory.fits(used, amount, self.data[0, :, 0], self.data[1, :, 0],
+                                  np.asarray(ratio).reshape(-1))
+        # where the slot is absent nothing fits an amount above 0 (its usable
+        # is 0): the unit limits change no answer when the present slots all
+        # allow the amount
+        if amount > 0 and self._derived(
+                ("unit_ok_where_present", amount),
+                lambda: bool((self.unit_ok(amount) | ~self.present).all())):
+            return ~fits
+        return ~(self.unit_ok(amount)[:, 0] & fits)
+
     def root(self, field: str) -> np.ndarray:
         """The root provider's ``field`` per row."""
         return self.data[RESOURCE_FIELDS.index(field), :, 0]
