@@ -168,11 +168,15 @@ def _amount(k: int):
 
 @functools.lru_cache(maxsize=32)
 def _take_statement(n: int):
-    """The UPDATE of ``_take`` for ``n`` items, built once per ``n``."""
+    """The UPDATE of ``_take`` for ``n`` items, built once per ``n``. Each
+    item's slot and amount are one bound parameter object wherever they
+    appear: the work of every execution grows with their number."""
+    slots = [_slot(k) for k in range(n)]
+    amounts = [_amount(k) for k in range(n)]
     return (sa.update(_inv)
-            .where(sa.or_(*[_slot(k) & inventory.admits(_inv.c.used, _amount(k), _inv.c)
+            .where(sa.or_(*[slots[k] & inventory.admits(_inv.c.used, amounts[k], _inv.c)
                             for k in range(n)]))
-            .values(used=_inv.c.used + sa.case(*[(_slot(k), _amount(k))
+            .values(used=_inv.c.used + sa.case(*[(slots[k], amounts[k])
                                                   for k in range(n)])))
 
 
@@ -187,10 +191,12 @@ def _summed(items) -> tuple[Item, ...]:
 
 @functools.lru_cache(maxsize=32)
 def _give_back_statement(n: int):
-    """The UPDATE of ``_give_back`` for ``n`` items, built once per ``n``."""
-    amount = sa.case(*[(_slot(k), _amount(k)) for k in range(n)])
+    """The UPDATE of ``_give_back`` for ``n`` items, built once per ``n`` (one
+    bound parameter object per item's slot and amount, as ``_take_statement``)."""
+    slots = [_slot(k) for k in range(n)]
+    amount = sa.case(*[(slots[k], _amount(k)) for k in range(n)])
     return (sa.update(_inv)
-            .where(sa.or_(*[_slot(k) for k in range(n)]))
+            .where(sa.or_(*slots))
             .values(used=sa.case((_inv.c.used > amount, _inv.c.used - amount), else_=0)))
 
 
@@ -213,8 +219,6 @@ def _give_back(conn, items: tuple[Item, ...]) -> None:
 
 
 _INSERT_CONSUMER = sa.insert(_alloc)
-
-
 _INSERT_ITEMS = sa.insert(_items)
 _INSERT_SPEC = sa.insert(_specs)
 #: Share-locked: a release that would delete the spec as orphaned (its last
