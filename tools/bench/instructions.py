@@ -105,7 +105,7 @@ def replay(workdir: str, limit: int | None, under_callgrind: bool) -> None:
     from scheduler.filter_scheduler import FilterScheduler
     from scheduler.host_manager import HostManager
 
-    scratch = os.path.join(workdir, "replay.sqlite")
+    scratch = os.path.join(workdir, f"replay-{os.getpid()}.sqlite")
     _remove(scratch)        # a stale -wal left beside it would be replayed onto the copy
     shutil.copyfile(os.path.join(workdir, "fleet.sqlite"), scratch)
     bench_replay.configure(cfg.CONF, bench_replay.realistic_plugins())
