@@ -240,6 +240,16 @@ class _Ctx:
     """A throwaway holder enginefacade attaches its per-transaction state to."""
 
 
+
+def _unknown_variable(error: Exception) -> bool:
+    """Whether a refused ``SET SESSION wsrep_sync_wait`` means the server
+    has no such setting (MySQL: 1193; 1231: a value it does not take), not
+    that it cannot take it now."""
+    orig = getattr(error, "orig", None) or getattr(error, "inner_exception", None)
+    orig = getattr(orig, "orig", orig)
+    args = getattr(orig, "args", ())
+    return bool(args) and args[0] in (1193, 1231)
+
 class Database:
     """Sessions and connections for one database URL.
 
@@ -392,7 +402,10 @@ class Database:
                 conn.commit()
             except (sa_exc.DBAPIError, db_exc.DBError) as e:
                 if isinstance(e, db_exc.DBConnectionError) or \
-                        getattr(e, "connection_invalidated", False):
+                        getattr(e, "connection_invalidated", False) or \
+                        not _unknown_variable(e):
+                    # lost, or refused for now (a Galera node not ready:
+                    # 1047): this connection fails; the next one sets it
                     close_quietly(conn)
                     raise
                 conn.rollback()

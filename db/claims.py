@@ -24,7 +24,7 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from db import inventory, models, preemption, transitions
+from db import inventory, models, node_changes, preemption, transitions
 from db.api import Database, retry_on_deadlock
 
 _cn = models.ComputeNode.__table__
@@ -95,6 +95,7 @@ class ClaimRecord:
     priority: int = 0                     # berth:priority (or the project's default)
     preemptible: bool = False             # berth:preemptible
     victims: preemption.Victims | None = None   # preempted in the same transaction
+    image_properties: dict | None = None  # the request's image's (journalled for caches)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +116,7 @@ class ClaimResult:
     pci_addresses: tuple[str, ...] = ()
     pci_pools: tuple | None = None
     request_spec_id: int | None = None    # pass it to the request's next claims
+    at: datetime.datetime | None = None   # the node's updated_at as the claim stamped it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +133,7 @@ class Released:
     numa_topology: str | None = None      # the node's topology JSON after, if it changed
     pci_pools: tuple | None = None        # the node's pools after, if devices were freed
     preempted: bool = False               # a preempted consumer: nothing given back
+    at: datetime.datetime | None = None   # the node's updated_at as the release stamped it
 
 
 def _node_update(with_numa: bool, sign: int):
@@ -290,6 +293,10 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 raise ClaimConflict(f"node {rec.node_id}: "
                                     f"{', '.join(f'{rc} {n}' for _p, rc, n in rec.items)} "
                                     f"no longer fit")
+            if rec.move_from is None and rec.victims is None:
+                # Before the node's UPDATE (a conflict there rolls it back): the
+                # other schedulers apply it instead of reading the node again.
+                _journal_claim(conn, rec, now, pools)
             params = {"b_id": rec.node_id, "b_seen": rec.seen_generation, "b_now": now}
             if rec.numa_topology is not None:
                 params["b_numa"] = rec.numa_topology
@@ -325,7 +332,22 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
-                       pci_pools=pools, request_spec_id=spec_id)
+                       pci_pools=pools, request_spec_id=spec_id, at=now)
+
+
+def _journal_claim(conn, rec: ClaimRecord, now: datetime.datetime, pools) -> None:
+    """Write the claim's ``node_changes`` row (the node's next generation)."""
+    picked: dict = {}
+    for _request_id, key, count in rec.pci_picks:
+        picked[key] = picked.get(key, 0) + count
+    node_changes.record_claim(
+        conn, node_id=rec.node_id, generation=rec.seen_generation + 1, at=now,
+        consumer_uuid=rec.instance_uuid, consumer_type=rec.consumer_type,
+        instance_group=rec.instance_group, items=rec.items,
+        numa_topology=rec.numa_topology, pci_pools=pools, priority=rec.priority,
+        preemptible=rec.preemptible, pending=rec.pending, project_id=rec.project_id,
+        numa_cells=rec.numa_cells, device_pools=picked.items(),
+        image_properties=rec.image_properties)
 
 
 def _hand_over(conn, rec: ClaimRecord, now: datetime.datetime) -> None:
@@ -543,13 +565,18 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
         conn.execute(_RELEASE_WITH_NUMA, params)
     else:
         conn.execute(_RELEASE, params)
+    node_changes.record_release(
+        conn, node_id=node_id, generation=node["generation"] + 1, at=params["b_now"],
+        consumer_uuid=uuid, consumer_type=alloc["consumer_type"],
+        instance_group=alloc["instance_group"], items=amounts, numa_topology=numa_after,
+        pci_pools=pools)
     _remember(conn, alloc, kind, node["host"], spec_text, params["b_now"])
     return Released(instance_uuid=uuid, node_id=node_id, host=node["host"],
                     amounts=amounts, numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=spec_text,
                     instance_group=alloc["instance_group"],
                     generation=node["generation"] + 1,
-                    numa_topology=numa_after, pci_pools=pools)
+                    numa_topology=numa_after, pci_pools=pools, at=params["b_now"])
 
 
 def _remove_numa_usage(host_json: str, fitted_json: str) -> str:
@@ -599,36 +626,44 @@ def confirm(db: Database, instance_uuids, project=ANY_PROJECT
     may act on its own project only; None: on no project's claims). The owner
     is part of the statement that confirms, so the caller's scope costs no
     query of its own, and the work is the same whoever holds them. One
-    statement when every instance holds its claim; when one does not, the
-    rows are read in the same transaction and it is rolled back."""
+    statement when every instance holds its claim; when one does not, that
+    transaction is rolled back and the answer is decided by a second one that
+    reads the rows first (Galera: a read that waits for the cluster)."""
     uuids = list(dict.fromkeys(instance_uuids))
     if not uuids:
         return [], []
     try:
         with db.hot_writer() as conn:
-            if project is ANY_PROJECT:
-                matched = conn.execute(_CONFIRM, {"b_uuids": uuids}).rowcount
-            else:
-                matched = conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids,
-                                                        "b_project": project}).rowcount
-            if matched != len(uuids):
-                # A read waits until this node applied what the cluster
-                # committed before it (Galera: the session's wsrep_sync_wait
-                # covers reads, not UPDATEs): a claim committed through another
-                # node a moment ago is seen here, and confirmed below.
-                held = {u for u, owner in conn.execute(_HELD, {"b_uuids": uuids})
-                        if project is ANY_PROJECT
-                        or (project is not None and owner == project)}
-                unknown = [u for u in uuids if u not in held]
-                if unknown:
-                    raise _NotAllHeld(unknown)
-                if project is ANY_PROJECT:
-                    conn.execute(_CONFIRM, {"b_uuids": uuids})
-                else:
-                    conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids, "b_project": project})
+            if _confirm_rows(conn, uuids, project) != len(uuids):
+                raise _NotAllHeld([])       # rolled back; decided below
+        return uuids, []
+    except _NotAllHeld:
+        pass
+    # Fewer matched than named: decide on a read that is the first statement
+    # of its transaction. On Galera, wsrep_sync_wait makes a transaction's
+    # first read wait until this node applied what the cluster committed
+    # before it; an UPDATE (with the value 1) and any statement after the
+    # first do not wait. A claim committed through another node a moment ago
+    # is seen here, and confirmed.
+    try:
+        with db.hot_writer() as conn:
+            held = {u for u, owner in conn.execute(_HELD, {"b_uuids": uuids})
+                    if project is ANY_PROJECT
+                    or (project is not None and owner == project)}
+            unknown = [u for u in uuids if u not in held]
+            if unknown:
+                raise _NotAllHeld(unknown)
+            _confirm_rows(conn, uuids, project)
     except _NotAllHeld as e:
         return [], e.unknown
     return uuids, []
+
+
+def _confirm_rows(conn, uuids: list[str], project) -> int:
+    """The confirming UPDATE; the rows it matched."""
+    if project is ANY_PROJECT:
+        return conn.execute(_CONFIRM, {"b_uuids": uuids}).rowcount
+    return conn.execute(_CONFIRM_OWNED, {"b_uuids": uuids, "b_project": project}).rowcount
 
 
 _PENDING_BEFORE = (sa.select(_alloc.c.uuid)

@@ -24,6 +24,8 @@ _agg_meta = models.AggregateMetadata.__table__
 _alloc = models.Consumer.__table__
 _rp = models.ResourceProvider.__table__
 _inv = models.ProviderInventory.__table__
+_changes = models.NodeChange.__table__
+Timestamp = models.Timestamp
 
 NODE_COLUMNS = [c for c in _cn.c if c.name not in ("created_at", "deleted_at")]
 
@@ -45,28 +47,77 @@ def load_nodes(conn: Connection, node_ids: Iterable[int] | None = None) -> list[
 
 
 def _changes_query():
-    nodes = sa.select(_cn.c.id, _cn.c.generation, _cn.c.deleted, _cn.c.updated_at).where(
-        _cn.c.updated_at >= sa.bindparam("since"))
-    aggs = sa.select(sa.literal(-1), sa.func.count(_agg.c.id), sa.literal(0),
-                     sa.func.max(_agg.c.updated_at))
-    return sa.union_all(nodes, aggs)
+    text = sa.literal(None, sa.Text)
+    nodes = sa.select(sa.literal(0), _cn.c.id, _cn.c.generation, _cn.c.deleted,
+                      _cn.c.updated_at, text).where(_cn.c.updated_at >= sa.bindparam("since"))
+    # the journal's rows line up with the nodes' (id, generation, -, stamp)
+    changes = sa.select(sa.literal(1), _changes.c.compute_node_id, _changes.c.generation,
+                        sa.literal(0), _changes.c.at, _changes.c.change).where(
+        _changes.c.at >= sa.bindparam("since"))
+    aggs = sa.select(sa.literal(2), sa.func.count(_agg.c.id), sa.literal(0), sa.literal(0),
+                     sa.func.max(_agg.c.updated_at), text)
+    return sa.union_all(nodes, changes, aggs)
 
 
 _CHANGES = _changes_query()     # built once: this runs on every request
 
 
-def changes_since(conn: Connection, since: datetime.datetime
-                  ) -> tuple[list[tuple[int, int, int, datetime.datetime]], tuple]:
-    """(id, generation, deleted, updated_at) of node rows touched at or after
-    ``since``, and ``aggregates_version``, in one round trip. Narrow on purpose:
-    the caller fetches full rows only for generations it has not seen yet."""
-    changed, version = [], (None, 0)
-    for row in conn.execute(_CHANGES, {"since": since}):
-        if row[0] == -1:
-            version = (row[3], row[1])
+@dataclasses.dataclass
+class Changes:
+    """What ``changes_since`` found."""
+
+    #: (id, generation, deleted, updated_at) of the node rows touched
+    nodes: list[tuple[int, int, int, datetime.datetime]]
+    #: node id -> {generation: (at, change text)} of the journalled claims and
+    #: releases (``db.node_changes``)
+    journal: dict[int, dict[int, tuple[datetime.datetime, str]]]
+    #: ``aggregates_version``
+    aggregates: tuple
+
+
+def changes_since(conn: Connection, since: datetime.datetime) -> Changes:
+    """Node rows touched at or after ``since`` (narrow: the caller fetches full
+    rows only for generations it has not seen yet), the claims and releases
+    journalled since then, and ``aggregates_version``, in one round trip."""
+    out = Changes([], {}, (None, 0))
+    for kind, a, b, c, d, text in conn.execute(_CHANGES, {"since": since}):
+        if kind == 0:
+            out.nodes.append((a, b, c, d))
+        elif kind == 1:
+            out.journal.setdefault(a, {})[b] = (d, text)
         else:
-            changed.append(tuple(row))
-    return changed, version
+            out.aggregates = (d, a)
+    return out
+
+
+def _nodes_journal_query():
+    text = sa.literal(None, sa.Text)
+    ids = sa.bindparam("ids", expanding=True)
+    nodes = sa.select(sa.literal(0), _cn.c.id, _cn.c.generation, sa.literal(None, Timestamp),
+                      text).where(_cn.c.id.in_(ids), _cn.c.deleted == 0)
+    changes = sa.select(sa.literal(1), _changes.c.compute_node_id, _changes.c.generation,
+                        _changes.c.at, _changes.c.change).where(
+        _changes.c.at >= sa.bindparam("since"), _changes.c.compute_node_id.in_(ids))
+    return sa.union_all(nodes, changes)
+
+
+_NODES_JOURNAL = _nodes_journal_query()
+
+
+def nodes_journal(conn: Connection, node_ids: list[int], since: datetime.datetime
+                  ) -> tuple[dict[int, int], dict[int, dict[int, tuple[datetime.datetime, str]]]]:
+    """The live nodes' generations (id -> generation) and their claims and
+    releases journalled at or after ``since`` (as ``Changes.journal``), in one
+    round trip (the journal's rows by their ``at`` index)."""
+    generations: dict[int, int] = {}
+    journal: dict[int, dict[int, tuple[datetime.datetime, str]]] = {}
+    for kind, node_id, generation, at, text in conn.execute(
+            _NODES_JOURNAL, {"ids": list(node_ids), "since": since}):
+        if kind == 0:
+            generations[node_id] = generation
+        else:
+            journal.setdefault(node_id, {})[generation] = (at, text)
+    return generations, journal
 
 
 def heartbeats(conn: Connection, since: datetime.datetime | None = None,

@@ -389,3 +389,26 @@ class Transition(Base):
     # a reschedule: the request it places again, so a re-sent one can finish it
     request_spec: Mapped[str | None] = mapped_column(JsonText)
     at: Mapped[datetime.datetime] = mapped_column(Timestamp, default=utcnow, nullable=False)
+
+
+class NodeChange(Base):
+    """One claim or release on a node, written in the transaction that bumps the
+    node's ``generation`` to ``generation`` (``db.node_changes``): a host-state
+    cache one generation behind takes the change from here instead of reading
+    the whole node again. A generation with no row here (a host report, an
+    inventory change, a move's source) is read again in full. Rows are kept
+    ``[scheduler] node_change_ttl`` seconds."""
+
+    __tablename__ = "node_changes"
+    __table_args__ = (
+        Index("node_changes_at_idx", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # no foreign key: the node may be deleted before its changes are purged
+    compute_node_id: Mapped[int] = mapped_column(Integer, nullable=False)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False)
+    # the node's updated_at as the change stamped it
+    at: Mapped[datetime.datetime] = mapped_column(Timestamp, nullable=False)
+    # what changed (JSON, ``db.node_changes.Change``)
+    change: Mapped[str] = mapped_column(JsonText, nullable=False)

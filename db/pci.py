@@ -92,7 +92,23 @@ def pools_for_nodes(conn: Conn, node_ids: Iterable[int] | None = None,
         rows = []
         for chunk in chunks(ids):
             rows.extend(conn.execute(_POOLS_BY_NODE, {"ids": chunk}))
+    return _pools_by_node(rows, result)
 
+
+def pools_from_rows(rows: Iterable[Sequence]) -> tuple[PciPool, ...]:
+    """One node's pools from (key values as stored ..., count) rows, as
+    ``pools_for_nodes`` builds them from its GROUP BY (``pool_rows`` back)."""
+    return _pools_by_node([(0, *row) for row in rows], {0: []})[0]
+
+
+def pool_rows(pools: Iterable[PciPool]) -> list[list]:
+    """Pools as (key values as stored ..., count) rows (``pools_from_rows``)."""
+    return [[k.vendor_id, k.product_id, k.dev_type, k.numa_node, k.physical_network,
+             tags_text(k.tags), p.count] for p in pools for k in (p.key,)]
+
+
+def _pools_by_node(rows, result: dict) -> dict[int, tuple[PciPool, ...]]:
+    """``pools_for_nodes``' rows (node id, key values ..., count) as pools."""
     # Equal keys and equal (key, count) pools are shared objects: fewer objects
     # to build, and matching memoises per key.
     keys: dict[tuple, PoolKey] = {}

@@ -420,7 +420,8 @@ class FilterScheduler:
                 else:
                     claimed.append(instance_uuid)
                     self.host_manager.note_placed(chosen, instance_uuid, group,
-                                                  spec.image.properties)
+                                                  spec.image.properties,
+                                                  generation=consumed.generation)
                     self._index_claim(req, chosen, instance_uuid, consumed)
                 results.append(self._selections(weight, chosen, consumed, alternates, spec,
                                                 instance_uuid, return_alternates))
@@ -951,7 +952,8 @@ class FilterScheduler:
             host, instance_uuid, req.group, items=claim_items(host, consumed.assignment),
             priority=req.priority, preemptible=req.spec.priority.preemptible,
             pending=req.pending, project_id=req.spec.project_id, numa_cells=numa_cells,
-            pci_pools=[(key, count) for _i, key, count in consumed.pci_picks])
+            pci_pools=[(key, count) for _i, key, count in consumed.pci_picks],
+            created_at=consumed.at)
 
     def _victim_cost(self):
         if self._cost is None:
@@ -1308,13 +1310,14 @@ class FilterScheduler:
                 pending=req.pending,
                 group_policy=policy, group_max_per_host=max_per_host, host=host.host,
                 move_from=req.move_from, priority=req.priority,
-                preemptible=spec.priority.preemptible, victims=victims))
+                preemptible=spec.priority.preemptible, victims=victims,
+                image_properties=spec.image.properties or None))
             # The spec is stored by the request's first claim and shared by the
             # others: a 2 MB spec with 20 instances is stored once, not 20 times.
             req.spec_row_id = result.request_spec_id
             return dataclasses.replace(consumed, generation=result.generation,
                                        pci_addresses=result.pci_addresses,
-                                       pci_pools=result.pci_pools)
+                                       pci_pools=result.pci_pools, at=result.at)
         return persist
 
     def _selections(self, weight: float, chosen: HostState, consumed: Consumed, alternates,

@@ -2,11 +2,14 @@
 
 Start-up loads every node, aggregate, heartbeat and allocation (and the PCI
 pools, only when PciPassthroughFilter is enabled). Each request then runs one
-narrow query for nodes whose ``updated_at`` moved, and re-reads full rows only
-for nodes whose ``generation`` is newer than the cached one, so a refresh
-never overwrites a newer in-memory consume and never double-counts one that
-the database already reflects (a consume bumps the cached generation to the
-value its claim wrote). Concurrent requests share one refresh.
+narrow query for nodes whose ``updated_at`` moved and the claims and releases
+journalled since (``db.node_changes``). A node whose ``generation`` is newer
+than the cached one takes the journalled claims and releases in between when
+every generation between has one, and is re-read in full otherwise. Either
+way a refresh never overwrites a newer in-memory consume and never
+double-counts one that the database already reflects (a consume bumps the
+cached generation to the value its claim wrote). Concurrent requests share
+one refresh.
 
 The HostManager is the only writer of its HostStates and of their columns:
 every change to a host (a refresh, a claim, a release) goes through it, and it
@@ -159,8 +162,16 @@ class HostManager:
         host = self._hosts.get(released.node_id)
         if host is None:
             return False
-        with contextlib.nullcontext() if locked else host.lock(), self._changing(host):
-            return host.unapply(released)
+        with contextlib.nullcontext() if locked else host.lock():
+            if host.generation >= released.generation:
+                return True     # a refresh took it from the journal already
+            with self._changing(host):
+                done = host.unapply(released)
+            if done:
+                # the caller dropped it from the index before this; a refresh
+                # since (its claim, journalled or re-read) may have put it back
+                self.note_released(released.instance_uuid)
+            return done
 
     @contextlib.contextmanager
     def _changing(self, hs: HostState) -> Iterator[None]:
@@ -203,11 +214,25 @@ class HostManager:
             self._refresh_gen += 1
 
     def refresh_nodes(self, node_ids) -> None:
-        """Re-read specific nodes now (after a claim conflict). Serialised with
+        """Bring specific nodes up to date now (after a claim conflict): from
+        the journal when only claims and releases changed them since the
+        cache's generation, else by re-reading them. Serialised with
         ``refresh``: both rewrite the instance and group indexes."""
         def load():
             with self._reader() as conn:
-                self._apply_node_rows(conn, queries.load_nodes(conn, node_ids), force=False)
+                todo = list(node_ids)
+                cached = {i: self._hosts[i] for i in todo if i in self._hosts}
+                if cached and self._since is not None:
+                    # changes not seen yet were stamped after the newest the
+                    # probe saw, or a little before it (committed late)
+                    since = self._since - datetime.timedelta(
+                        seconds=self.conf.scheduler.refresh_overlap_seconds)
+                    generations, journal = queries.nodes_journal(conn, list(cached), since)
+                    todo = [i for i in todo if i not in cached or i not in generations
+                            or not self._take_changes(cached[i], generations[i],
+                                                      journal.get(i, {}))]
+                if todo:
+                    self._apply_node_rows(conn, queries.load_nodes(conn, todo), force=False)
         with self._refresh_lock:
             self._with_retry(load)
 
@@ -286,8 +311,15 @@ class HostManager:
 
     # -- instance / group index, kept in step with consume and release ----
     def note_placed(self, host: HostState, instance_uuid: str, group: str | None,
-                    image_properties=None) -> None:
-        with self._index_lock:
+                    image_properties=None, generation: int | None = None) -> None:
+        """Index an instance just claimed on ``host``. ``generation``: the one
+        its claim gave the node; when the cached host has moved past it since
+        (a refresh took newer changes: a full read or the journal, which both
+        hold the claim already, and maybe its release by another worker), the
+        index is already right and is left alone."""
+        with host.lock(), self._index_lock:
+            if generation is not None and host.generation > generation:
+                return
             self._place(host, instance_uuid, group)
             if self.load_instance_images:
                 host.instance_images[instance_uuid] = queries.image_pairs(image_properties)
@@ -306,14 +338,15 @@ class HostManager:
 
     def note_claimed(self, host: HostState, instance_uuid: str, group: str | None, *,
                      items, priority: int, preemptible: bool, pending: bool,
-                     project_id: str | None, numa_cells=None, pci_pools=()) -> None:
+                     project_id: str | None, numa_cells=None, pci_pools=(),
+                     created_at: datetime.datetime | None = None) -> None:
         """A claim this process wrote, for the preemptible index (``items``:
-        (provider id, class, amount) as claimed)."""
+        (provider id, class, amount) as claimed; ``created_at``: as stored)."""
         from db.preemption import Candidate
 
         self.preemptibles.add(Candidate(
             uuid=instance_uuid, node_id=host.node_id, priority=priority,
-            created_at=utcnow(), project_id=project_id, instance_group=group,
+            created_at=created_at or utcnow(), project_id=project_id, instance_group=group,
             numa_cells=numa_cells, amounts=tuple(sorted(items)),
             pci_pools=tuple(pci_pools)), preemptible, pending)
 
@@ -430,7 +463,8 @@ class HostManager:
             since -= datetime.timedelta(seconds=overlap)
             self._last_sweep = now
         with self._probe() as conn:
-            changed, agg_version = queries.changes_since(conn, since)
+            found = queries.changes_since(conn, since)
+        changed, agg_version = found.nodes, found.aggregates
         metrics.count_refresh("changes", len(changed))
         newest = self._since
         stale, gone = [], []
@@ -443,7 +477,10 @@ class HostManager:
                 continue
             hs = self._hosts.get(node_id)
             if hs is None or generation > hs.generation:
-                stale.append(node_id)
+                journal = found.journal.get(node_id)
+                if hs is None or journal is None or not self._take_changes(
+                        hs, generation, journal):
+                    stale.append(node_id)
         new_aggregates = agg_version != self._agg_version
         if stale or new_aggregates or self._heartbeats_due():
             with self._reader() as conn:
@@ -459,6 +496,61 @@ class HostManager:
         self._since = newest
         if gone:
             self._reindex()
+
+    def _take_changes(self, hs: HostState, generation: int, journal) -> bool:
+        """Bring ``hs`` to ``generation`` with the journalled claims and
+        releases (``journal``: generation -> (at, change text)); False when
+        one between is not journalled or does not apply (re-read it then)."""
+        from db import node_changes
+
+        with hs.lock():
+            if hs.generation >= generation:
+                return True     # this process's own claim got there meanwhile
+            wanted = range(hs.generation + 1, generation + 1)
+            if any(g not in journal for g in wanted):
+                return False
+            taken = []
+            with self._changing(hs):
+                for g in wanted:
+                    change = node_changes.decode(hs.node_id, g, *journal[g])
+                    if not hs.take_change(change, self.load_pci_pools):
+                        break
+                    taken.append(change)
+            self._index_changes(hs, taken)
+        metrics.count_node_changes_applied(len(taken))
+        return len(taken) == len(wanted)
+
+    def _index_changes(self, hs: HostState, changes) -> None:
+        """Keep the instance, group and preemptible indexes in step with the
+        claims and releases ``hs`` took from the journal."""
+        from db.preemption import Candidate
+
+        index = self.preemptibles
+        for c in changes:
+            if not c.taken:
+                index.remove(c.consumer_uuid)
+            elif index.loaded and c.consumer_type == "instance":
+                index.add(Candidate(
+                    uuid=c.consumer_uuid, node_id=hs.node_id, priority=c.priority,
+                    created_at=c.at, project_id=c.project_id,
+                    instance_group=c.instance_group, numa_cells=c.numa_cells,
+                    amounts=tuple(sorted(c.items)), pci_pools=c.device_pools),
+                    c.preemptible, c.pending)
+        with self._index_lock:
+            for c in changes:
+                uuid = c.consumer_uuid
+                if c.taken:
+                    self._place(hs, uuid, c.instance_group)
+                    if self.load_instance_images:
+                        hs.instance_images[uuid] = queries.image_pairs(c.image_properties)
+                    continue
+                if uuid in hs.instances:
+                    group = hs.instances.pop(uuid)
+                    if group:
+                        self._uncount_group(group, hs.host)
+                if self._instance_node.get(uuid) == hs.node_id:
+                    del self._instance_node[uuid]
+                hs.instance_images.pop(uuid, None)
 
     def _apply_node_rows(self, conn, rows, force: bool) -> None:
         """Take rows whose generation is newer than the cached one, with their

@@ -94,6 +94,7 @@ class Consumed:
     generation: int = 0
     pci_pools: tuple | None = None   # the node's pools after the claim, when re-read
     victims: tuple = ()              # db.preemption.Candidate: preempted for this claim
+    at: datetime.datetime | None = None  # the node's updated_at as the claim stamped it
 
 
 _TOPOLOGIES: dict[str, Any] = {}
@@ -381,7 +382,7 @@ class HostState:
                 socket_of=self.socket_of())
         if consumed.generation > self.generation:
             self.generation = consumed.generation
-        self.updated = utcnow()
+        self.updated = consumed.at or utcnow()
 
     def unapply(self, released) -> bool:
         """Give back what a release freed (``db.claims.Released``), when this state
@@ -404,7 +405,39 @@ class HostState:
         if released.pci_pools is not None:
             self.pci_pools = released.pci_pools
         self.generation = released.generation
-        self.updated = utcnow()
+        self.updated = released.at or utcnow()
+        return True
+
+    def take_change(self, change, pools: bool) -> bool:
+        """Take another scheduler's claim or release (``db.node_changes.Change``)
+        when this state is exactly the one it changed (its generation is the
+        one before): as the claim's and the release's statements change the
+        node's row and inventories. False otherwise (nothing changed; re-read
+        the host). ``pools``: take the node's PCI pools after it (the cache
+        keeps them)."""
+        if self.generation != change.generation - 1:
+            return False
+        usage = list(self.usage)
+        index = {pid: i for i, (pid, _uuid, _name) in enumerate(self.providers)}
+        for provider_id, rc, amount in change.items:
+            slot = self.tree.slot_of.get((index.get(provider_id, -1), rc))
+            if slot is None:
+                return False        # the cached tree is not the one it changed
+            usage[slot] = usage[slot] + amount if change.taken \
+                else max(0, usage[slot] - amount)
+        self.usage = tuple(usage)
+        if change.taken:
+            self.num_instances += 1
+            self.num_io_ops += 1
+        else:
+            self.num_instances -= 1
+            self.num_io_ops = max(0, self.num_io_ops - 1)
+        if change.numa_topology is not None:
+            self.numa_topology = _host_topology(change.numa_topology)
+        if pools and change.pci_pools is not None:
+            self.pci_pools = change.pci_pools
+        self.generation = change.generation
+        self.updated = change.at
         return True
 
     def lock(self):

@@ -109,6 +109,9 @@ REFRESH_CHANGED_ROWS = Histogram("berth_cache_refresh_changed_rows", "Node rows 
 NODES_RELOADED = Counter("berth_cache_nodes_reloaded", "Full node rows re-read because "
                          "their generation was newer than the cached one (refreshes "
                          "and claim conflicts).")
+NODE_CHANGES_APPLIED = Counter("berth_cache_node_changes_applied", "Other schedulers' "
+                               "claims and releases taken into the cache from the node "
+                               "change journal instead of re-reading their nodes.")
 CACHE_HOSTS = Gauge("berth_cache_hosts", "Hosts in the worker's cache (label pid: "
                     "the worker process).", multiprocess_mode="liveall")
 
@@ -312,6 +315,11 @@ def count_refresh(kind: str, changed_rows: int | None = None) -> None:
 def count_nodes_reloaded(n: int) -> None:
     if n:
         NODES_RELOADED.inc(n)
+
+
+def count_node_changes_applied(n: int) -> None:
+    if n:
+        NODE_CHANGES_APPLIED.inc(n)
 
 
 def set_cache_hosts(n: int) -> None:

@@ -1,7 +1,8 @@
 """The claim reaper: releases pending claims nobody confirmed in time, and ends
 the moves nobody ended (``scheduler.moves``: reverted after ``move_ttl``;
 an evacuation's source released once its host is heard from again), and forgets
-the transitions older than ``transition_ttl`` (``db.transitions``).
+the transitions older than ``transition_ttl`` (``db.transitions``) and the node
+changes older than ``node_change_ttl`` (``db.node_changes``).
 
 A claim made for a caller that confirms (``select_destinations(pending=True)``,
 what the client library does by default) stays *pending* until ``confirm``.
@@ -28,7 +29,7 @@ import uuid as uuidlib
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from db import claims, leases, transitions
+from db import claims, leases, node_changes, transitions
 from db.models import utcnow
 from scheduler import metrics
 
@@ -36,6 +37,7 @@ LOG = logging.getLogger(__name__)
 
 LEASE = "claim-reaper"
 BATCH = 500         # pending claims released per round at most (the next round goes on)
+CHANGE_BATCH, CHANGE_BATCHES = 1000, 200    # node changes deleted per statement, per round
 
 reaper_opts = [
     cfg.IntOpt("claim_ttl", default=300, min=0,
@@ -51,6 +53,24 @@ reaper_opts = [
                     "daemon — answers what was done (release: true) instead of "
                     "\"held nothing\". Keep it above the longest time a client may "
                     "re-send a call. The reaper deletes older ones; 0: never deleted."),
+    cfg.StrOpt("node_change_journal", default="auto", choices=[
+        ("auto", "written when [scheduler] workers > 1"),
+        ("on", "always written (several daemons share the database)"),
+        ("off", "never written")],
+               help="Whether this daemon's claims and releases are written to the node "
+                    "change journal, from which the other workers' and daemons' caches "
+                    "take them instead of re-reading the node (one more row per claim "
+                    "and per release, about 0.3 ms of CPU per placement, read by nobody "
+                    "when one worker is alone on its database). Set it on when several "
+                    "daemons share one database (scheduler hosts, Galera). A cache "
+                    "that finds no row re-reads the node: any setting is correct."),
+    cfg.IntOpt("node_change_ttl", default=120, min=1,
+               help="Seconds each claim and release is kept in the node change "
+                    "journal, from which the other schedulers' caches take it instead "
+                    "of re-reading the node (one row per claim and per release). A "
+                    "cache that did not refresh for longer re-reads the nodes changed "
+                    "meanwhile. The claim reaper deletes older rows every "
+                    "reaper_interval."),
     cfg.FloatOpt("reaper_interval", default=30.0, min=0.1,
                  help="Seconds between two rounds of the claim reaper (and between "
                       "two tries of a worker to become the deployment's reaper; the "
@@ -65,6 +85,12 @@ def holder_name(worker: int = 0) -> str:
     process with a reused pid is someone else)."""
     return f"{socket.gethostname()}:{os.getpid()}:w{worker}:{uuidlib.uuid4().hex[:8]}"
 
+
+
+def journal_wanted(conf: cfg.ConfigOpts) -> bool:
+    """``[scheduler] node_change_journal`` for this daemon."""
+    mode = conf.scheduler.node_change_journal
+    return mode == "on" or (mode == "auto" and conf.scheduler.workers > 1)
 
 class ClaimReaper:
     """One worker's candidate reaper; ``run_once`` is one round, ``start`` runs
@@ -116,10 +142,15 @@ class ClaimReaper:
         return released + self._moves().reap(now)
 
     def _forget(self, now: datetime.datetime) -> None:
-        """Delete the transitions older than ``transition_ttl`` (0: keep them)."""
+        """Delete the transitions older than ``transition_ttl`` (0: keep them)
+        and the node changes older than ``node_change_ttl``."""
         ttl = self.conf.scheduler.transition_ttl
         if ttl > 0:
             transitions.purge(self.db, now - datetime.timedelta(seconds=ttl), BATCH)
+        before = now - datetime.timedelta(seconds=self.conf.scheduler.node_change_ttl)
+        for _ in range(CHANGE_BATCHES):     # one per claim and release: many per round
+            if node_changes.purge(self.db, before, CHANGE_BATCH) < CHANGE_BATCH:
+                break
 
     def _moves(self):
         from scheduler.moves import Mover
@@ -133,8 +164,6 @@ class ClaimReaper:
         if self.ttl <= 0:
             LOG.info("Claim reaper off ([scheduler] claim_ttl = 0): pending claims are "
                      "kept until confirmed or released")
-            if self.conf.scheduler.transition_ttl <= 0:
-                return
         self._thread = threading.Thread(target=self._run, name="claim-reaper", daemon=True)
         self._thread.start()
 

@@ -160,9 +160,12 @@ class SchedulerService:
         if self._db is None:
             self._db = Database.from_conf(self.conf)
         if self._scheduler is None:
+            from db import node_changes
+            from scheduler import reaper
             from scheduler.filter_scheduler import FilterScheduler
             from scheduler.host_manager import HostManager
 
+            node_changes.write(reaper.journal_wanted(self.conf))
             self._host_manager = HostManager(self._db, self.conf)
             self._scheduler = FilterScheduler(self._host_manager, self.conf)
             if self.conf.scheduler.workers > 1:

@@ -131,6 +131,11 @@ def test_answers_read_the_other_nodes_writes(schedulers, sync_wait, capsys):
     if sync_wait:
         assert result["wrong"] == {"confirm unknown": 0, "release held nothing": 0,
                                    "re-release": 0}, result
+    # read what each node holds with the causal wait on: with it off (the
+    # [0] case) a node may not have applied the last releases yet
+    for s in schedulers:
+        s.db.sync_wait = 1
+        s.db.dispose()
     held = [_consumers(s.db) for s in schedulers]
     assert held[0] == held[1] == held[2] == set()
     for s in schedulers:

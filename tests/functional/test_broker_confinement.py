@@ -13,6 +13,7 @@ import urllib.request
 import uuid
 
 import amqp
+import oslo_messaging
 import pytest
 import sqlalchemy as sa
 
@@ -312,24 +313,54 @@ def test_a_reply_is_never_sent_to_a_queue_that_is_not_a_reply_queue(deployment):
 
 # -- the daemon's routes gone ------------------------------------------------------------
 
-def test_deleted_exchange_makes_the_daemon_not_ready_until_it_declares_it_again(deployment):
-    d = deployment
-
-    def wait_for(code: int, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while d.readyz() != code:
-            assert time.monotonic() < deadline, (code, d.daemon.log_tail())
-            time.sleep(0.05)
-
-    wait_for(200, 30)
+def _routes_lost_and_restored(d, lose, noticed: str | None) -> None:
+    """``lose`` a route with a raw connection as the daemon's own user; the
+    daemon repairs it (``noticed``: the log line that says so, else it may
+    be the messaging driver's own reconnection) and answers: selects and the
+    releases of what they placed, each from a new client."""
+    def seen() -> int:
+        return d.daemon.log.read_text(errors="replace").count(noticed) if noticed else 0
+    before = seen()
     conn = d.connect(d.berth)
     try:
-        conn.channel().exchange_delete(d.exchange)
+        lose(conn.channel())
     finally:
         conn.close()
-    wait_for(503, 15)
-    wait_for(200, 30)
-    uuid1 = str(uuid.uuid4())
-    assert d.nova_api().select_destinations(None, SMALL, instance_uuids=[uuid1])[0][0]["host"]
-    assert d.nova_api().release(None, uuid1) is True
-    assert "Broker routes missing" in d.daemon.log.read_text(errors="replace")
+    deadline = time.monotonic() + 30
+    while noticed and seen() == before:
+        assert time.monotonic() < deadline, d.daemon.log_tail()
+        time.sleep(0.05)
+    while d.readyz() != 200:
+        assert time.monotonic() < deadline, d.daemon.log_tail()
+        time.sleep(0.05)
+    while True:     # a client told the exchange is missing tries again later
+        try:
+            d.nova_api().ping()
+            break
+        except oslo_messaging.MessageDeliveryFailure:
+            assert time.monotonic() < deadline, d.daemon.log_tail()
+            time.sleep(0.2)
+    for _ in range(3):
+        uuid1 = str(uuid.uuid4())
+        with d.nova_api() as placing, d.nova_api() as releasing:
+            assert placing.select_destinations(None, SMALL, instance_uuids=[uuid1])[0][0]
+            assert releasing.release(None, uuid1) is True
+
+
+def test_a_deleted_exchange_is_declared_again_and_nothing_is_lost(deployment):
+    """The exchange (and with it every binding) deleted: the daemon declares
+    the exchange and binds its queues again in place, its consumers kept
+    (before, it started new servers and retired the old ones, and a release
+    sent meanwhile was lost about one time in three)."""
+    d = deployment
+    _routes_lost_and_restored(d, lambda chan: chan.exchange_delete(d.exchange),
+                              "the consumers kept")
+
+
+def test_a_deleted_queue_is_declared_again_and_nothing_is_lost(deployment):
+    """The shared queue deleted: the broker cancels its consumers, the
+    messaging driver reconnects and declares it again (or the route check
+    starts new servers if it does not)."""
+    d = deployment
+    _routes_lost_and_restored(d, lambda chan: chan.queue_delete(d.topic),
+                              "Reconnected to AMQP server")

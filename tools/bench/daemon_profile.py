@@ -407,8 +407,10 @@ def inprocess_split(requests: int, confirm: bool, log_file: str) -> dict[str, fl
     serializer = rpc.ContextSerializer()
     wire_context = rpc.new_context().to_dict()
     placed = []
+    walls: list[float] = []
     try:
         for _ in range(requests):
+            w0 = time.perf_counter()
             t0 = time.process_time()
             ctxt = serializer.deserialize_context(wire_context)
             spent["context"] += time.process_time() - t0
@@ -416,6 +418,7 @@ def inprocess_split(requests: int, confirm: bool, log_file: str) -> dict[str, fl
             sel = manager.select_destinations(ctxt, PLAIN, [str(uuidlib.uuid4())],
                                               pending=confirm)
             spent["select: endpoint total"] += time.process_time() - t0
+            walls.append(time.perf_counter() - w0)
             placed.append(sel[0][0]["instance_uuid"])
             if confirm:
                 t0 = time.process_time()
@@ -430,14 +433,24 @@ def inprocess_split(requests: int, confirm: bool, log_file: str) -> dict[str, fl
         for uuid in placed:
             manager.release(ctxt, uuid)
         db.dispose()
-    return {k: v * 1000 / requests for k, v in spent.items()}
+    split = {k: v * 1000 / requests for k, v in spent.items()}
+    # the wall time of the select alone (the caller's wait in-process; the
+    # confirm is a call of its own), every call counted, the first included
+    split[WALL_P50] = _pct([w * 1000 for w in walls], 50)
+    return split
+
+
+#: In the in-process split: the select's wall-clock p50 (not a CPU share).
+WALL_P50 = "select: wall-clock p50 (not CPU)"
 
 
 def _print_split(split: dict[str, float], confirm: bool) -> None:
     print(f"\nin-process endpoint CPU per placement (confirm {'auto' if confirm else 'none'}), "
           f"ms:", flush=True)
     for phase, ms in sorted(split.items(), key=lambda kv: -kv[1]):
-        print(f"   {ms:7.3f}  {phase}")
+        if phase != WALL_P50:
+            print(f"   {ms:7.3f}  {phase}")
+    print(f"   select wall-clock p50 (every call, one at a time): {split[WALL_P50]:.3f} ms")
 
 
 # -- main --------------------------------------------------------------------------------
@@ -487,9 +500,13 @@ def main(argv: list[str]) -> int:
         print(f"fleet of {args.size:,} hosts loaded in {time.perf_counter() - t0:.0f} s; "
               f"workdir {workdir}", flush=True)
         cfg.CONF.set_override("connection", bdb.url, group="database")
+        inprocess_p50: dict[str, float] = {}
         for confirm in (True, False) if args.inprocess else ():
-            _print_split(inprocess_split(args.inprocess, confirm,
-                                         os.path.join(workdir, "inprocess.log")), confirm)
+            split = inprocess_split(args.inprocess, confirm,
+                                    os.path.join(workdir, "inprocess.log"))
+            _print_split(split, confirm)
+            inprocess_p50["auto" if confirm else "none"] = split[WALL_P50]
+        ping_p50: dict[int, float] = {}
         port = _free_port() if args.metrics else None
         extra = f"\n[metrics]\nenabled = true\nport = {port}\n" if port else ""
         with running_daemon(bdb.url, args.workers, plugins, workdir, 60 + args.size / 500,
@@ -499,8 +516,10 @@ def main(argv: list[str]) -> int:
                 api.release(None, api.select_destinations(None, PLAIN)[0][0]["instance_uuid"])
             for clients in (int(c) for c in args.clients.split(",")) if args.ping else ():
                 load = os.getloadavg()[0]
-                _print_run(run_clients(daemon.topic, TRANSPORT_URL, clients, args.seconds,
-                                       "none", pids, None, None, call="ping"), load)
+                run = run_clients(daemon.topic, TRANSPORT_URL, clients, args.seconds,
+                                  "none", pids, None, None, call="ping")
+                ping_p50[clients] = run["p50_ms"]
+                _print_run(run, load)
             for confirm in args.confirm.split(","):
                 for clients in (int(c) for c in args.clients.split(",")):
                     profiled = args.py_spy and str(clients) in args.profile_clients.split(",")
@@ -514,6 +533,16 @@ def main(argv: list[str]) -> int:
                     with concurrent.futures.ThreadPoolExecutor(8) as pool:
                         list(pool.map(lambda u: api.release(None, u), run.pop("uuids")))
                     _print_run(run, load)
+                    bound_of = inprocess_p50.get(confirm)
+                    if clients == 1 and bound_of is not None and 1 in ping_p50:
+                        # issue 26's rule: one client's p50 within the in-process
+                        # select's p50 plus two bare round trips, same run
+                        bound = bound_of + 2 * ping_p50[1]
+                        print(f"   one client vs in-process p50 {bound_of:.2f} + 2 x ping "
+                              f"p50 {ping_p50[1]:.2f} = {bound:.2f} ms: p50 "
+                              f"{run['p50_ms']:.2f} ms "
+                              f"({'within' if run['p50_ms'] <= bound else 'OVER'})",
+                              flush=True)
                     if before is not None:
                         _print_phases(before, after)
                     if path and os.path.exists(path):
@@ -568,13 +597,14 @@ def _print_phases(before: dict, after: dict) -> None:
     retries = sum(after[k] - before.get(k, 0.0) for k in after
                   if k[0] == "berth_claim_retries_total")
     reloaded = delta("berth_cache_nodes_reloaded_total", "")
+    applied = delta("berth_cache_node_changes_applied_total", "")
     refreshes = sum(after[k] - before.get(k, 0.0) for k in after
                     if k[0] == "berth_cache_refreshes_total")
     changed = delta("berth_cache_refresh_changed_rows_sum", "")
     print(f"   claim conflicts per placement {conflicts / selects:.3f}, retries "
           f"{retries / selects:.3f}; per placement: {refreshes / selects:.2f} refreshes, "
           f"{changed / selects:.2f} changed rows probed, {reloaded / selects:.2f} nodes "
-          f"re-read", flush=True)
+          f"re-read, {applied / selects:.2f} journalled changes applied", flush=True)
 
 
 if __name__ == "__main__":

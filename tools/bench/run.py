@@ -265,6 +265,15 @@ def configure() -> Plugins:
     # Heartbeats are written once at load time; keep the hosts up for the whole run.
     conf.set_override("service_down_time", SERVICE_DOWN_TIME)
     try:
+        # as a daemon of [scheduler] workers (1 here) decides it: a lone
+        # worker writes no node change journal that nobody would read
+        from db import node_changes
+        from scheduler import reaper, service  # noqa: F401  (registers [scheduler] workers)
+
+        node_changes.write(reaper.journal_wanted(conf))
+    except (ImportError, cfg.NoSuchOptError):
+        pass                    # an older tree (the bench compares commits)
+    try:
         import scheduler.rpc  # noqa: F401  (registers [DEFAULT] transport_url)
     except ImportError:
         return Plugins(filters, weighers, miss_f + miss_w, [PCI_ALIAS])

@@ -70,3 +70,51 @@ def test_replies_go_to_reply_queues_only(caplog):
         broker.impl_rabbit.Connection.direct_send = original
     assert sent == ["reply_nova-api.abc"]
     assert "Not replying to 'scheduler_admin'" in caplog.text
+
+
+class _Driver:
+    """A driver whose routes are broken as told, and repaired as told."""
+
+    def __init__(self, problems, restores: bool):
+        self.problems = list(problems)
+        self.restores = restores
+        self.restored = 0
+
+    def check_routes(self, routes, timeout):
+        return list(self.problems)
+
+    def restore_bindings(self, routes):
+        self.restored += 1
+        if self.restores:
+            self.problems = []
+
+
+def _check(problems, restores: bool):
+    from oslo_config import cfg
+
+    from scheduler import broker
+
+    redeclared = []
+    check = broker.RouteCheck(cfg.CONF, None, lambda: [("x", "t", "t")],
+                              lambda: redeclared.append(1))
+    check.driver = _Driver(problems, restores)
+    return check, check.check_once(), redeclared
+
+
+def test_a_lost_exchange_is_declared_again_in_place():
+    """Exchanges and bindings gone, queues and consumers there: they are
+    declared again in place; no new servers (whose swap lost a message)."""
+    check, status, redeclared = _check(["exchange 'x' is missing"], restores=True)
+    assert status == "ok" and check.driver.restored == 1 and redeclared == []
+
+
+def test_a_lost_queue_starts_new_servers_and_is_not_ready_meanwhile():
+    check, status, redeclared = _check(["queue 't' is missing"], restores=True)
+    assert check.driver.restored == 0 and redeclared == [1]
+    assert status == "queue 't' is missing"         # /readyz: not ready until it works
+
+
+def test_bindings_that_cannot_be_restored_start_new_servers():
+    check, status, redeclared = _check(
+        ["routing key 't' of exchange 'x' reaches no queue (NO_ROUTE)"], restores=False)
+    assert check.driver.restored == 1 and redeclared == [1] and status != "ok"
