@@ -15,7 +15,8 @@ counts them with valgrind's callgrind over the realistic in-process replay
     the measured process (run it under callgrind, ``measure`` does): copies
     ``DIR/fleet.sqlite`` to a scratch file, builds ``HostManager`` and
     ``FilterScheduler``, calls ``warm_up()``, then ``gc.collect(); gc.freeze()`` as
-    the daemon does, zeroes the counters (``callgrind_control -z``), replays the
+    the daemon does (and, as a daemon of one worker, writes no node change
+    journal), zeroes the counters (``callgrind_control -z``), replays the
     trace cold (every select with its claims written and every release, the first
     call included; ``--limit N`` replays the first N operations only) and dumps
     the counters (``callgrind_control -d``). Writes ``DIR/replay.json`` (outcome of
@@ -109,6 +110,14 @@ def replay(workdir: str, limit: int | None, under_callgrind: bool) -> None:
     _remove(scratch)        # a stale -wal left beside it would be replayed onto the copy
     shutil.copyfile(os.path.join(workdir, "fleet.sqlite"), scratch)
     bench_replay.configure(cfg.CONF, bench_replay.realistic_plugins())
+    try:
+        # as a daemon of one worker decides it: no node change journal
+        from db import node_changes
+        from scheduler import reaper, service  # noqa: F401  (registers [scheduler] workers)
+
+        node_changes.write(reaper.journal_wanted(cfg.CONF))
+    except (ImportError, cfg.NoSuchOptError):
+        pass                    # an older tree (this script compares commits)
     ops = bench_trace.load(os.path.join(workdir, "trace.jsonl"))
     if limit:
         ops = ops[:limit]
