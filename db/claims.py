@@ -84,6 +84,7 @@ class ClaimRecord:
     instance_group: str | None = None
     request_spec: str | None = None       # the request's spec JSON (stored once) ...
     request_spec_id: int | None = None    # ... or its row, stored by an earlier claim
+    share_spec: bool = True               # False: on the consumer's own row (one instance)
     group_policy: str | None = None       # enforced when affinity or anti-affinity
     group_max_per_host: int = 1           # anti-affinity: members per host at most
     host: str = ""                        # the node's host name (group policies)
@@ -170,11 +171,15 @@ def _amount(k: int):
 
 @functools.lru_cache(maxsize=32)
 def _take_statement(n: int):
-    """The UPDATE of ``_take`` for ``n`` items, built once per ``n``."""
+    """The UPDATE of ``_take`` for ``n`` items, built once per ``n``. Each
+    item's slot and amount are one bound parameter object wherever they
+    appear: the work of every execution grows with their number."""
+    slots = [_slot(k) for k in range(n)]
+    amounts = [_amount(k) for k in range(n)]
     return (sa.update(_inv)
-            .where(sa.or_(*[_slot(k) & inventory.admits(_inv.c.used, _amount(k), _inv.c)
+            .where(sa.or_(*[slots[k] & inventory.admits(_inv.c.used, amounts[k], _inv.c)
                             for k in range(n)]))
-            .values(used=_inv.c.used + sa.case(*[(_slot(k), _amount(k))
+            .values(used=_inv.c.used + sa.case(*[(slots[k], amounts[k])
                                                   for k in range(n)])))
 
 
@@ -189,10 +194,12 @@ def _summed(items) -> tuple[Item, ...]:
 
 @functools.lru_cache(maxsize=32)
 def _give_back_statement(n: int):
-    """The UPDATE of ``_give_back`` for ``n`` items, built once per ``n``."""
-    amount = sa.case(*[(_slot(k), _amount(k)) for k in range(n)])
+    """The UPDATE of ``_give_back`` for ``n`` items, built once per ``n`` (one
+    bound parameter object per item's slot and amount, as ``_take_statement``)."""
+    slots = [_slot(k) for k in range(n)]
+    amount = sa.case(*[(slots[k], _amount(k)) for k in range(n)])
     return (sa.update(_inv)
-            .where(sa.or_(*[_slot(k) for k in range(n)]))
+            .where(sa.or_(*slots))
             .values(used=sa.case((_inv.c.used > amount, _inv.c.used - amount), else_=0)))
 
 
@@ -270,12 +277,18 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 # the victims' devices (and their PF/VF relatives) are free now
                 pools = db_pci.pools_for_nodes(conn, [rec.node_id]).get(rec.node_id, ())
             spec_id = rec.request_spec_id
+            own_spec = None
             if spec_id is not None and conn.execute(
                     _SPEC_EXISTS, {"b_spec": spec_id}).scalar() is None:
                 spec_id = None      # its allocations were all released meanwhile
             if spec_id is None and rec.request_spec is not None:
-                spec_id = conn.execute(_INSERT_SPEC, {
-                    "spec": rec.request_spec, "created_at": now}).inserted_primary_key[0]
+                if rec.share_spec:
+                    spec_id = conn.execute(_INSERT_SPEC, {
+                        "spec": rec.request_spec, "created_at": now}).inserted_primary_key[0]
+                else:
+                    # a request of one instance: nothing to share, and a
+                    # statement less in its claim and in its release
+                    own_spec = rec.request_spec
             if rec.items and _take(conn, rec.items) != len(rec.items):
                 raise ClaimConflict(f"node {rec.node_id}: "
                                     f"{', '.join(f'{rc} {n}' for _p, rc, n in rec.items)} "
@@ -306,6 +319,7 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 "pci_devices": json.dumps(list(addresses)) if addresses else None,
                 "project_id": rec.project_id, "user_id": rec.user_id,
                 "instance_group": rec.instance_group, "request_spec_id": spec_id,
+                "request_spec": own_spec,
                 "pending": rec.pending, "created_at": now,
                 "move_id": rec.move_from.holder if rec.move_from else None,
                 "move_state": "moving" if rec.move_from else None,
@@ -439,6 +453,10 @@ _LOCK_ALLOCATION = (sa.select(_alloc, _specs.c.spec.label("shared_spec"))
 _ITEMS_OF = sa.select(_items.c.provider_id, _items.c.resource_class, _items.c.amount).where(
     _items.c.consumer_id == sa.bindparam("b_id"))
 _DELETE_ITEMS = sa.delete(_items).where(_items.c.consumer_id == sa.bindparam("b_id"))
+#: What ``_ITEMS_OF`` then ``_DELETE_ITEMS`` do, in one statement where the
+#: database has DELETE ... RETURNING (SQLite 3.35, MariaDB 10.0.5; not MySQL).
+_DELETE_ITEMS_RETURNING = _DELETE_ITEMS.returning(
+    _items.c.provider_id, _items.c.resource_class, _items.c.amount)
 _LOCK_NODE = (sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology, _cn.c.generation)
               .where(_cn.c.id == sa.bindparam("b_id")).with_for_update())
 _DELETE_ALLOCATION = sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id"))
@@ -475,15 +493,26 @@ def release(db: Database, instance_uuid: str, *,
         return _release_locked(conn, alloc, kind)
 
 
-def _delete_consumer(conn, alloc) -> str | None:
+def _delete_items(conn, consumer_id: int) -> tuple[Item, ...]:
+    """Delete the consumer's allocation rows; what they held."""
+    params = {"b_id": consumer_id}
+    if conn.dialect.delete_returning:
+        return tuple((p, rc, n) for p, rc, n in conn.execute(_DELETE_ITEMS_RETURNING, params))
+    amounts = tuple((p, rc, n) for p, rc, n in conn.execute(_ITEMS_OF, params))
+    conn.execute(_DELETE_ITEMS, params)
+    return amounts
+
+
+def _delete_consumer(conn, alloc) -> tuple[str | None, tuple[Item, ...]]:
     """Delete the consumer ``alloc`` and its allocation rows (and its request
-    spec when no other consumer shares it); the spec's text."""
-    conn.execute(_DELETE_ITEMS, {"b_id": alloc["id"]})
+    spec when no other consumer shares it); the spec's text and what the
+    rows held."""
+    amounts = _delete_items(conn, alloc["id"])
     conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
     if alloc["request_spec_id"] is None:
-        return alloc["request_spec"]
+        return alloc["request_spec"], amounts
     conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
-    return alloc["shared_spec"]
+    return alloc["shared_spec"], amounts
 
 
 def _remember(conn, alloc, kind: str | None, host: str, spec_text: str | None,
@@ -503,7 +532,7 @@ def _release_preempted(conn, alloc, kind: str | None = None) -> Released:
     """Forget a preempted consumer: its room was handed over when it was
     preempted, so nothing is given back and the node does not change;
     remembered as a transition of ``kind`` like any release."""
-    spec_text = _delete_consumer(conn, alloc)
+    spec_text, _held = _delete_consumer(conn, alloc)
     host = conn.execute(sa.select(_cn.c.host).where(
         _cn.c.id == alloc["compute_node_id"])).scalar() or ""
     _remember(conn, alloc, kind, host, spec_text, models.utcnow())
@@ -523,8 +552,7 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
     addresses: tuple[str, ...] = ()
     if alloc["pci_devices"]:
         addresses = tuple(db_pci.release_devices(conn, uuid))
-    amounts = tuple((p, rc, n) for p, rc, n in conn.execute(_ITEMS_OF, {"b_id": alloc["id"]}))
-    spec_text = _delete_consumer(conn, alloc)
+    spec_text, amounts = _delete_consumer(conn, alloc)
     pools = db_pci.pools_for_nodes(conn, [node_id]).get(node_id, ()) if addresses else None
     if amounts:
         _give_back(conn, amounts)

@@ -281,8 +281,9 @@ class Consumer(Base):
     user_id: Mapped[str | None] = mapped_column(String(255))
     instance_group: Mapped[str | None] = mapped_column(String(36))
     # The request this consumer answered, so ``reschedule`` can place it again:
-    # stored once per request in ``request_specs``; ``request_spec`` is only read
-    # for rows written before that table existed.
+    # stored once per request, in ``request_specs`` when the request has several
+    # instances (their consumers share the row), else here, in ``request_spec``
+    # (also where rows written before that table existed keep it).
     request_spec: Mapped[str | None] = mapped_column(JsonText)
     request_spec_id: Mapped[int | None] = mapped_column(
         ForeignKey("request_specs.id"), index=True)

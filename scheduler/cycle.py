@@ -204,10 +204,11 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
         if reason is None:
             raise exception.PluginError(plugin=flt.name, reason="a refusal needs a reason")
         refused = _bool_mask(flt, refused, n, "refusals must be bool masks")
+        if not refused.any():
+            continue            # no row refused for it: nothing to write
         code = answers.code_of(reason)
         if refused.ndim == 0:
-            if refused:
-                np.copyto(codes, code, where=codes == PASS)
+            np.copyto(codes, code, where=codes == PASS)
         elif first:
             codes[refused] = code
         else:

@@ -257,10 +257,6 @@ class HostState:
         inv = self.tree.root_inventory(rc)
         return 0 if inv is None else inv.reserved
 
-    def _ratio(self, rc: str) -> float:
-        inv = self.tree.root_inventory(rc)
-        return 1.0 if inv is None else inv.allocation_ratio
-
     def _limit(self, rc: str) -> float:
         inv = self.tree.root_inventory(rc)
         return 0.0 if inv is None else inv.capacity
@@ -270,16 +266,16 @@ class HostState:
     vcpus = property(lambda self: self._total(VCPU))
     vcpus_used = property(lambda self: self.used(VCPU))
     reserved_host_cpus = property(lambda self: self._reserved(VCPU))
-    cpu_allocation_ratio = property(lambda self: self._ratio(VCPU))
+    cpu_allocation_ratio = property(lambda self: self.tree.classic_ratios[0])
     memory_mb = property(lambda self: self._total(MEMORY_MB))
     memory_mb_used = property(lambda self: self.used(MEMORY_MB))
     reserved_host_memory_mb = property(lambda self: self._reserved(MEMORY_MB))
-    ram_allocation_ratio = property(lambda self: self._ratio(MEMORY_MB))
+    ram_allocation_ratio = property(lambda self: self.tree.classic_ratios[1])
     local_gb = property(lambda self: self._total(DISK_GB))
     local_gb_used = property(lambda self: self.used(DISK_GB))
     disk_mb_used = property(lambda self: self.used(DISK_GB) * 1024)
     reserved_host_disk_mb = property(lambda self: self._reserved(DISK_GB) * 1024)
-    disk_allocation_ratio = property(lambda self: self._ratio(DISK_GB))
+    disk_allocation_ratio = property(lambda self: self.tree.classic_ratios[2])
 
     @property
     def vcpus_limit(self) -> float:
@@ -335,7 +331,8 @@ class HostState:
         ``[numa]`` options, so answers remembered under another setting are not
         reused)."""
         topology = self.numa_topology
-        return (topology, self.cpu_allocation_ratio, self.ram_allocation_ratio,
+        ratios = self.tree.classic_ratios
+        return (topology, ratios[0], ratios[1],
                 None if topology is None else isolate_on_smt_hosts(topology))
 
     def fit_signature(self) -> tuple:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 
-from db.inventory import Inventory, fits
+from db.inventory import DISK_GB, MEMORY_MB, VCPU, Inventory, fits
 from scheduler.resource_request import RequestGroup, ResourceRequest
 
 
@@ -38,7 +38,7 @@ class ProviderTree:
     """The providers of a node (root first), interned: use :func:`tree_of`."""
 
     __slots__ = ("providers", "slots", "slot_of", "by_class", "_inventories", "_hash",
-                 "__weakref__")
+                 "root_inventories", "classic_ratios", "__weakref__")
 
     def __init__(self, providers: tuple[Provider, ...]) -> None:
         self.providers = providers
@@ -57,6 +57,15 @@ class ProviderTree:
         self._inventories: tuple[Inventory, ...] = tuple(
             dict(providers[p].inventories)[rc] for p, rc in slots)
         self._hash = hash(providers)
+        #: class -> the root provider's inventory of it (per host views read it
+        #: on every request: one lookup, not a walk through the slots).
+        self.root_inventories: dict[str, Inventory] = dict(providers[0].inventories) \
+            if providers else {}
+        #: The root's allocation ratios of VCPU, MEMORY_MB and DISK_GB (1.0
+        #: without the class): the classic ratios filters and NUMA fitting read.
+        self.classic_ratios: tuple[float, float, float] = tuple(
+            inv.allocation_ratio if inv is not None else 1.0
+            for inv in map(self.root_inventories.get, (VCPU, MEMORY_MB, DISK_GB)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -79,8 +88,7 @@ class ProviderTree:
         return self._inventories[slot]
 
     def root_inventory(self, rc: str) -> Inventory | None:
-        slot = self.slot_of.get((0, rc))
-        return None if slot is None else self._inventories[slot]
+        return self.root_inventories.get(rc)
 
 
 _TREES: dict[tuple[Provider, ...], ProviderTree] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import uuid as uuidlib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -95,6 +96,10 @@ def boolean(value: Any, field: str) -> bool:
     return value
 
 
+#: A UTF-16 surrogate code point: in a str only when it came alone (not text).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def text(value: Any, field: str, max_len: int = MAX_STR) -> str:
     """Any Unicode string of at most ``max_len`` characters (ids, flavor and
     zone names of a request: matched, never stored as names)."""
@@ -102,7 +107,7 @@ def text(value: Any, field: str, max_len: int = MAX_STR) -> str:
         raise expected(field, "a string", value)
     if len(value) > max_len:
         raise invalid(field, f"longer than {max_len} characters")
-    if any("\ud800" <= c <= "\udfff" for c in value):
+    if not value.isascii() and _SURROGATE.search(value):
         raise invalid(field, "holds a lone surrogate (not Unicode text)")
     return value
 

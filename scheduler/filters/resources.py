@@ -171,8 +171,7 @@ def _tree_refusals(cols, rr: ResourceRequest, skip: frozenset[str], rows: np.nda
         res = cols.resources(rc)
         out.append((f"no {rc} inventory", rows & res.lacking()))
         out.extend(_unit_refusals(res, rc, amount, rows))
-        out.append((provider_tree.insufficient(rc, amount),
-                    rows & ~res.admits(amount).any(axis=1)))
+        out.append((provider_tree.insufficient(rc, amount), rows & res.refused(amount)))
     return out
 
 
@@ -253,10 +252,7 @@ class ResourceView(BaseHostFilter):
 
     def refusals(self, cols, amount: int):
         res = cols.resources(self.resource_class)
-        ratio = self.ratio(cols)
-        if ratio is not None:
-            ratio = np.asarray(ratio)[:, None]
-        return [(self.reason(amount), ~res.admits(amount, ratio).any(axis=1))]
+        return [(self.reason(amount), res.refused(amount, self.ratio(cols)))]
 
 
 def view_classes(filters: Sequence) -> list[str]:

@@ -45,6 +45,29 @@ def test_claims_reuse_one_kept_connection(any_db):
     assert _usage(any_db, node) == (5, 5)
 
 
+def test_release_gives_back_what_the_rows_held_with_or_without_returning(any_db,
+                                                                        monkeypatch):
+    """A release reads what its allocation rows held as it deletes them (DELETE
+    ... RETURNING), or with a SELECT first where the database has no RETURNING
+    (MySQL): the same amounts are given back either way, and once."""
+    node = _one_host(any_db)
+    held = [("DISK_GB", 1), ("MEMORY_MB", 512), ("VCPU", 1)]
+    for returning in (True, False):
+        monkeypatch.setattr(any_db.engine.dialect, "delete_returning", returning)
+        _claim(any_db, node, _uuid(1))
+        _claim(any_db, node, _uuid(2))
+        released = claims.release(any_db, _uuid(1))
+        assert sorted((rc, n) for _p, rc, n in released.amounts) == held
+        assert _usage(any_db, node) == (1, 1)
+        assert claims.release(any_db, _uuid(1)) is None
+        assert sorted((rc, n) for _p, rc, n in claims.release(any_db, _uuid(2)).amounts) \
+            == held
+        assert _usage(any_db, node) == (0, 0)
+        with any_db.reader_connection() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(
+                models.Allocation.__table__)).scalar_one() == 0
+
+
 def test_kept_connection_is_replaced_after_the_recycle_time(sqlite_db):
     node = _one_host(sqlite_db)
     _claim(sqlite_db, node, _uuid(1))

@@ -325,6 +325,22 @@ def test_request_spec_stored_once_per_request(rpc, sqlite_db):
     assert _spec_rows(sqlite_db) == ([], 0)
 
 
+def test_request_spec_of_one_instance_stored_with_its_consumer(rpc, sqlite_db):
+    """A request of one instance has nothing to share: its spec goes on its
+    consumer's row (no request_specs row to write, nor to delete on release),
+    and reschedule and release find it there."""
+    for i in range(2):
+        rpc.report_compute_node({**HOST, "host": f"c{i}", "vcpus": 64, "memory_mb": 65536})
+    result = rpc.select_destinations({"flavor": {"vcpus": 1, "memory_mb": 64, "root_gb": 1}})
+    assert _spec_rows(sqlite_db) == ([], 1)
+    uuid, host = result[0][0]["instance_uuid"], result[0][0]["host"]
+    again = rpc.reschedule(uuid, host)
+    assert again[0]["host"] != host
+    assert _spec_rows(sqlite_db) == ([], 1)
+    assert rpc.release(uuid)
+    assert _spec_rows(sqlite_db) == ([], 0)
+
+
 def test_refused_multi_instance_request_leaves_no_spec(rpc, sqlite_db):
     """The first two instances fit and are claimed (their spec row written), the
     third does not: the request fails whole, and neither allocations nor the
@@ -360,11 +376,14 @@ def test_forced_host_delete_leaves_no_orphaned_spec(rpc, sqlite_db):
     assert set(on) == {"c0", "c1"}
     alone = rpc.select_destinations({"flavor": flavor, "project_id": "p2"})
     alone_host = alone[0][0]["host"]
-    assert len(_spec_rows(sqlite_db)[0]) == 2 and _orphan_specs(sqlite_db) == 0
+    # the request of one instance keeps its spec on its consumer's row
+    assert _spec_rows(sqlite_db)[1] == 1
+    assert len(_spec_rows(sqlite_db)[0]) == 1 and _orphan_specs(sqlite_db) == 0
     result = db_hosts.delete_host(sqlite_db, alone_host, force=True)
     assert result["allocations_deleted"] == 2
-    specs, _ = _spec_rows(sqlite_db)
+    specs, inline = _spec_rows(sqlite_db)
     assert len(specs) == 1 and json.loads(specs[0]).get("project_id") is None
+    assert inline == 0
     assert _orphan_specs(sqlite_db) == 0
     other = "c1" if alone_host == "c0" else "c0"
     db_hosts.delete_host(sqlite_db, other, force=True)

@@ -129,3 +129,36 @@ def test_resource_columns_follow_usage_and_inventory_changes(seed):
                                         if rng.random() < 0.3 else None)
             cols.update(i, fresh)
         check()
+
+
+def test_resource_refusals_are_the_rule_whatever_the_shortcut():
+    """``ResourceColumns.refused`` (the root's column alone, the unit limits
+    left out where every present slot allows the amount, plain numbers for
+    one row) answers what ``~admits(...).any(axis=1)`` does: seeded random
+    inventories with absent slots, unit limits and ratio overrides."""
+    import numpy as np
+
+    from scheduler.host_columns import RESOURCE_FIELDS, ResourceColumns
+
+    rng = random.Random(23)
+    for _case in range(300):
+        n, k = rng.choice((1, 1, 2, 7)), rng.choice((1, 1, 2))
+        cols = ResourceColumns.absent(n, k)
+        for r in range(n):
+            for j in range(k):
+                if rng.random() < 0.2:
+                    continue            # absent slot
+                total = rng.randint(1, 64)
+                values = {"total": total, "reserved": rng.randint(0, total),
+                          "allocation_ratio": rng.choice((0.5, 1.0, 1.5, 16.0)),
+                          "used": rng.randint(0, 80), "min_unit": rng.choice((1, 1, 2)),
+                          "max_unit": rng.choice((total, total, 4)),
+                          "step_size": rng.choice((1, 1, 2, 3))}
+                for f, name in enumerate(RESOURCE_FIELDS):
+                    cols.data[f, r, j] = values[name]
+        ratio = None
+        if rng.random() < 0.3:
+            ratio = np.array([rng.choice((0.5, 1.0, 2.0)) for _ in range(n)])
+        for amount in (1, 2, 3, 4, 8, 40):
+            want = ~cols.admits(amount, None if ratio is None else ratio[:, None]).any(axis=1)
+            assert cols.refused(amount, ratio).tolist() == want.tolist(), (n, k, amount)
