@@ -109,15 +109,8 @@ def replay(workdir: str, limit: int | None, under_callgrind: bool) -> None:
     scratch = os.path.join(workdir, f"replay-{os.getpid()}.sqlite")
     _remove(scratch)        # a stale -wal left beside it would be replayed onto the copy
     shutil.copyfile(os.path.join(workdir, "fleet.sqlite"), scratch)
+    # (as a daemon of one worker: no node change journal, where the tree has one)
     bench_replay.configure(cfg.CONF, bench_replay.realistic_plugins())
-    try:
-        # as a daemon of one worker decides it: no node change journal
-        from db import node_changes
-        from scheduler import reaper, service  # noqa: F401  (registers [scheduler] workers)
-
-        node_changes.write(reaper.journal_wanted(cfg.CONF))
-    except (ImportError, cfg.NoSuchOptError):
-        pass                    # an older tree (this script compares commits)
     ops = bench_trace.load(os.path.join(workdir, "trace.jsonl"))
     if limit:
         ops = ops[:limit]

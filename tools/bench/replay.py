@@ -68,6 +68,19 @@ def configure(conf: cfg.ConfigOpts, plugins: Plugins) -> None:
     conf.set_override("weight_classes", plugins.weighers, group="filter_scheduler")
     conf.set_override("alias", [json.dumps(a) for a in plugins.aliases], group="pci")
     conf.set_override("service_down_time", SERVICE_DOWN_TIME)
+    journal_as_a_daemon(conf)
+
+
+def journal_as_a_daemon(conf: cfg.ConfigOpts) -> None:
+    """Write the node change journal as a daemon of ``[scheduler] workers``
+    (1 here) would: a lone worker writes none that nobody would read."""
+    try:
+        from db import node_changes
+        from scheduler import reaper, service  # noqa: F401  (registers [scheduler] workers)
+
+        node_changes.write(reaper.journal_wanted(conf))
+    except (ImportError, AttributeError, cfg.NoSuchOptError):
+        pass                    # an older tree (the benches compare commits)
 
 
 # -- one operation ------------------------------------------------------------------------

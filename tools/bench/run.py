@@ -264,15 +264,9 @@ def configure() -> Plugins:
     conf.set_override("alias", [json.dumps(PCI_ALIAS)], group="pci")
     # Heartbeats are written once at load time; keep the hosts up for the whole run.
     conf.set_override("service_down_time", SERVICE_DOWN_TIME)
-    try:
-        # as a daemon of [scheduler] workers (1 here) decides it: a lone
-        # worker writes no node change journal that nobody would read
-        from db import node_changes
-        from scheduler import reaper, service  # noqa: F401  (registers [scheduler] workers)
+    from tools.bench.replay import journal_as_a_daemon
 
-        node_changes.write(reaper.journal_wanted(conf))
-    except (ImportError, cfg.NoSuchOptError):
-        pass                    # an older tree (the bench compares commits)
+    journal_as_a_daemon(conf)
     try:
         import scheduler.rpc  # noqa: F401  (registers [DEFAULT] transport_url)
     except ImportError:
