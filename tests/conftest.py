@@ -8,6 +8,18 @@ from db.api import Database
 from tests import services
 
 
+@pytest.fixture(autouse=True)
+def _node_change_journal_written():
+    """Every test starts with this process writing the node change journal
+    (the module's default): a test that starts a scheduler service or a
+    bench replay turns it off as a one-worker daemon does, process-wide."""
+    from db import node_changes
+
+    node_changes.write(True)
+    yield
+    node_changes.write(True)
+
+
 @pytest.fixture
 def sqlite_db(tmp_path):
     db = Database(f"sqlite:///{tmp_path}/berth.sqlite")
