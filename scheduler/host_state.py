@@ -390,14 +390,10 @@ class HostState:
         before); False otherwise (nothing changed; re-read the host)."""
         if self.generation != released.generation - 1:
             return False
-        usage = list(self.usage)
-        index = {pid: i for i, (pid, _uuid, _name) in enumerate(self.providers)}
-        for provider_id, rc, amount in released.amounts:
-            slot = self.tree.slot_of.get((index.get(provider_id, -1), rc))
-            if slot is None:
-                return False        # the cached tree is not the one released from
-            usage[slot] = max(0, usage[slot] - amount)
-        self.usage = tuple(usage)
+        usage = self._usage_moved(released.amounts, taken=False)
+        if usage is None:
+            return False            # the cached tree is not the one released from
+        self.usage = usage
         self.num_instances -= 1
         self.num_io_ops = max(0, self.num_io_ops - 1)
         if released.numa_topology is not None:
@@ -408,6 +404,19 @@ class HostState:
         self.updated = released.at or utcnow()
         return True
 
+    def _usage_moved(self, items, taken: bool) -> tuple | None:
+        """The usage after (provider id, class, amount) ``items`` were taken or
+        given back (never below 0, as the release's statement), or None when
+        one names no slot of the cached tree."""
+        usage = list(self.usage)
+        index = {pid: i for i, (pid, _uuid, _name) in enumerate(self.providers)}
+        for provider_id, rc, amount in items:
+            slot = self.tree.slot_of.get((index.get(provider_id, -1), rc))
+            if slot is None:
+                return None
+            usage[slot] = usage[slot] + amount if taken else max(0, usage[slot] - amount)
+        return tuple(usage)
+
     def take_change(self, change, pools: bool) -> bool:
         """Take another scheduler's claim or release (``db.node_changes.Change``)
         when this state is exactly the one it changed (its generation is the
@@ -417,15 +426,10 @@ class HostState:
         keeps them)."""
         if self.generation != change.generation - 1:
             return False
-        usage = list(self.usage)
-        index = {pid: i for i, (pid, _uuid, _name) in enumerate(self.providers)}
-        for provider_id, rc, amount in change.items:
-            slot = self.tree.slot_of.get((index.get(provider_id, -1), rc))
-            if slot is None:
-                return False        # the cached tree is not the one it changed
-            usage[slot] = usage[slot] + amount if change.taken \
-                else max(0, usage[slot] - amount)
-        self.usage = tuple(usage)
+        usage = self._usage_moved(change.items, taken=change.taken)
+        if usage is None:
+            return False            # the cached tree is not the one it changed
+        self.usage = usage
         if change.taken:
             self.num_instances += 1
             self.num_io_ops += 1
