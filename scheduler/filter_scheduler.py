@@ -633,7 +633,8 @@ class FilterScheduler:
             timings.placed = 1 if outcome == "placed" else 0
             timings.record(req.cycle.filter_seconds, req.cycle.weigher_seconds, False,
                            outcome, self.conf.scheduler.slow_request_ms, 1)
-        self.host_manager.note_placed(chosen, instance_uuid, req.group, spec.image.properties)
+        self.host_manager.note_placed(chosen, instance_uuid, req.group, spec.image.properties,
+                                      generation=consumed.generation)
         self.host_manager.refresh_nodes([move_from.source_node_id])
         self.host_manager.reindex_preemptibles([move_from.source_node_id, chosen.node_id])
         return chosen, self._selections(weight, chosen, consumed, alternates, spec,

@@ -311,14 +311,14 @@ class HostManager:
 
     # -- instance / group index, kept in step with consume and release ----
     def note_placed(self, host: HostState, instance_uuid: str, group: str | None,
-                    image_properties=None, generation: int | None = None) -> None:
+                    image_properties, generation: int) -> None:
         """Index an instance just claimed on ``host``. ``generation``: the one
         its claim gave the node; when the cached host has moved past it since
         (a refresh took newer changes: a full read or the journal, which both
         hold the claim already, and maybe its release by another worker), the
         index is already right and is left alone."""
         with host.lock(), self._index_lock:
-            if generation is not None and host.generation > generation:
+            if host.generation > generation:
                 return
             self._place(host, instance_uuid, group)
             if self.load_instance_images:
