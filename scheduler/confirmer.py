@@ -7,12 +7,19 @@ confirm itself need not delay the caller. ``BackgroundConfirmer`` takes the
 instances of each request as soon as their reply arrives and confirms them from
 a thread of its own, several requests in one call, while the caller goes on:
 
+* Riding: the client's next ``select_destinations`` (RPC API 1.4, same
+  caller) carries what is queued (``take``): the daemon confirms them before
+  it places, and its reply says how that went (``ridden``). A busy client thus
+  sends no confirm call of its own; a select that fails hands them back
+  (``put_back``), and a reply that names an instance ``unknown`` hands them
+  back too, for the thread to sort out as below.
 * Batching: the requests that arrived within ``[scheduler] confirm_batch_delay``
-  seconds of the first are confirmed in one call (up to ``MAX_BATCH``
-  instances). ``confirm`` is all or none over the instances it names, so when a
-  batch answers ``unknown`` (an instance released meanwhile), the requests of
-  that batch that hold all their instances are confirmed again, each in a call
-  of its own; a request of several instances still stands or falls as a whole.
+  seconds of the first, and that no select carried meanwhile, are confirmed
+  in one call (up to ``MAX_BATCH`` instances). ``confirm`` is all or none over
+  the instances it names, so when a batch answers ``unknown`` (an instance
+  released meanwhile), the requests of that batch that hold all their
+  instances are confirmed again, each in a call of its own; a request of
+  several instances still stands or falls as a whole.
 * Retries: a confirm that gets no answer (timeout, broker down, the scheduler
   busy or without its database) is sent again with a growing pause, until it
   is answered or the request's claim is near its end: ``claim_ttl`` after the
@@ -55,11 +62,14 @@ MAX_BATCH = 1000        # instances per confirm call (the endpoint's limit)
 KEEP_SETTLED = 10000    # settled requests remembered for wait_confirmed
 
 confirmer_opts = [
-    cfg.FloatOpt("confirm_batch_delay", default=0.1, min=0.0,
+    cfg.FloatOpt("confirm_batch_delay", default=0.5, min=0.0,
                  help="Seconds the client library's background confirmer waits after "
                       "a reply arrives for more replies to confirm in the same call "
-                      "(confirm=\"auto\"). Longer: fewer confirm calls for the "
-                      "scheduler under load, claims pending a little longer."),
+                      "(confirm=\"auto\"). A select_destinations the same caller "
+                      "sends meanwhile carries them instead (RPC API 1.4), so a busy "
+                      "client sends no confirm call at all. Longer: fewer confirm "
+                      "calls from a client that pauses, claims pending a little "
+                      "longer (wait_confirmed does not wait for it)."),
     cfg.FloatOpt("confirm_margin", default=30.0, min=0.0,
                  help="Seconds before a pending claim's end ([scheduler] claim_ttl "
                       "after its select was sent) at which the background confirmer "
@@ -125,6 +135,7 @@ class BackgroundConfirmer:
         self._by_uuid: dict[str, _Request] = {}
         self._settled: collections.deque[_Request] = collections.deque()
         self._sending: list[_Request] = []      # the batch being sent
+        self._riding: list[_Request] = []       # carried by selects in flight
         self._thread: threading.Thread | None = None
         self._closing = False
         self.calls = 0                  # confirm calls sent (tests, benchmarks)
@@ -166,7 +177,7 @@ class BackgroundConfirmer:
         lost claim."""
         emptied = []
         with self._lock:
-            for request in [*self._queue, *self._sending]:
+            for request in [*self._queue, *self._sending, *self._riding]:
                 if request.state != PENDING or instance_uuid not in request.uuids:
                     continue
                 request.released.add(instance_uuid)
@@ -191,17 +202,24 @@ class BackgroundConfirmer:
         Instances this confirmer never saw are taken as confirmed
         (``confirm="none"`` or ``"sync"``)."""
         end = None if timeout is None else time.monotonic() + timeout
-        for uuid in instance_uuids:
+        with self._lock:
+            self._waiters += 1          # someone waits: the thread does not linger
+            self._lock.notify_all()
+        try:
+            for uuid in instance_uuids:
+                with self._lock:
+                    request = self._by_uuid.get(uuid)
+                if request is None:
+                    continue
+                left = None if end is None else max(0.0, end - time.monotonic())
+                if not request.done.wait(left):
+                    raise oslo_messaging.MessagingTimeout(
+                        f"the confirm of {uuid} is not answered yet")
+                if request.state == LOST:
+                    raise exception.ClaimExpired(instance_uuids=list(request.uuids))
+        finally:
             with self._lock:
-                request = self._by_uuid.get(uuid)
-            if request is None:
-                continue
-            left = None if end is None else max(0.0, end - time.monotonic())
-            if not request.done.wait(left):
-                raise oslo_messaging.MessagingTimeout(
-                    f"the confirm of {uuid} is not answered yet")
-            if request.state == LOST:
-                raise exception.ClaimExpired(instance_uuids=list(request.uuids))
+                self._waiters -= 1
 
     def flush(self, timeout: float) -> bool:
         """Wait until nothing is queued or being sent; whether it got there."""
@@ -209,7 +227,7 @@ class BackgroundConfirmer:
         with self._lock:
             self._hurry = True
             self._lock.notify_all()
-            while self._queue or self._busy:
+            while self._queue or self._busy or self._riding:
                 left = end - time.monotonic()
                 if left <= 0:
                     self._hurry = False
@@ -231,9 +249,73 @@ class BackgroundConfirmer:
         if self._thread is not None:
             self._thread.join(5)
 
+    # -- riding on the caller's next select (RPC API 1.4) ------------------------------
+    def take(self, ctxt) -> list[_Request]:
+        """The queued requests of ``ctxt``'s caller, oldest first (up to
+        ``MAX_BATCH`` instances), for the select about to be sent to carry:
+        hand them to ``ridden`` with its answer, or to ``put_back``."""
+        caller = _caller(ctxt)
+        released, batch, count = [], [], 0
+        with self._lock:
+            for request in list(self._queue):
+                if request.caller != caller:
+                    continue
+                if not request.to_confirm():
+                    self._queue.remove(request)
+                    released.append(request)
+                    continue
+                if count + len(request.uuids) > MAX_BATCH:
+                    break
+                self._queue.remove(request)
+                batch.append(request)
+                count += len(request.uuids)
+            self._riding.extend(batch)
+        for request in released:
+            self._settle(request, RELEASED)
+        return batch
+
+    @staticmethod
+    def uuids_of(batch: Sequence[_Request]) -> list[str]:
+        """What a confirm of ``batch`` names: each instance once (one instance
+        in two requests: a select sent again; the endpoint refuses a list that
+        names an instance twice)."""
+        return list(dict.fromkeys(u for r in batch for u in r.to_confirm()))
+
+    def ridden(self, batch: list[_Request], answer: dict | None) -> None:
+        """The select that carried ``batch`` was answered; ``answer``: its
+        confirm's (``{"confirmed": [...], "unknown": [...]}``), or None when
+        the daemon did not confirm them (then they go back to the queue)."""
+        if not batch:
+            return
+        unknown = (answer or {}).get("unknown") or ()
+        if answer is None or unknown:
+            # not done, or not all held: the thread decides, one request at
+            # a time where needed (_confirm), as for a batch of its own
+            self.put_back(batch)
+            return
+        with self._lock:
+            for request in batch:
+                self._riding.remove(request)
+            self._lock.notify_all()
+        for request in batch:
+            self._settle(request, CONFIRMED)
+
+    def put_back(self, batch: list[_Request]) -> None:
+        """The select that carried ``batch`` failed, or its answer does not settle
+        it: the thread confirms them (confirm is idempotent), first in line."""
+        if not batch:
+            return
+        with self._lock:
+            for request in batch:
+                self._riding.remove(request)
+            self._queue.extendleft(reversed(batch))
+            self._start()
+            self._lock.notify_all()
+
     # -- the confirmer's thread -----------------------------------------------------
     _busy = False       # a batch is being sent
     _hurry = False      # flush: send without waiting for more replies
+    _waiters = 0        # callers in wait_confirmed: send without waiting either
 
     def _start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -250,7 +332,8 @@ class BackgroundConfirmer:
                     return None
                 self._lock.wait(1.0)
             linger = time.monotonic() + delay   # more replies may arrive meanwhile
-            while not (self._closing or self._hurry) and time.monotonic() < linger:
+            while not (self._closing or self._hurry or self._waiters) \
+                    and time.monotonic() < linger:
                 self._lock.wait(linger - time.monotonic())
             if not self._queue:     # all released by their caller meanwhile
                 return []
@@ -296,11 +379,7 @@ class BackgroundConfirmer:
             self._settle(request, RELEASED)
         if not batch:
             return
-        # one instance in two requests (a select sent again, a move of an
-        # instance placed a moment ago) is confirmed once: the endpoint refuses
-        # a list that names an instance twice
-        answer = self._send(list(dict.fromkeys(u for r in batch for u in r.to_confirm())),
-                            batch)
+        answer = self._send(self.uuids_of(batch), batch)
         if answer is None:
             return
         unknown = set(answer.get("unknown") or ())

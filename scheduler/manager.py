@@ -1,4 +1,4 @@
-"""The scheduler's RPC endpoint (API version 1.3; doc/source/reference/rpc-api.rst).
+"""The scheduler's RPC endpoint (API version 1.4; doc/source/reference/rpc-api.rst).
 
 ``SchedulerManager`` is made of the endpoint areas of ``scheduler.endpoints``
 (placement, moves, hosts, aggregates), each method wrapped by
@@ -20,7 +20,7 @@ from scheduler.endpoints.hosts import HostsEndpoint
 from scheduler.endpoints.moves import MovesEndpoint
 from scheduler.endpoints.placement import PlacementEndpoint
 
-RPC_API_VERSION = "1.3"
+RPC_API_VERSION = "1.4"
 
 
 class SchedulerManager(PlacementEndpoint, MovesEndpoint, HostsEndpoint, AggregatesEndpoint):

@@ -19,6 +19,11 @@ API versions:
   ``berth:preemptible``); its selection names them in ``preempted``, and the
   caller deletes and releases them. A client capped below 1.3 refuses
   ``allow_preemption`` locally.
+* 1.4 - ``confirm_instances`` on select_destinations: earlier placements of
+  the same caller to confirm first (what ``confirm`` does), so that the
+  background confirmer of ``confirm="auto"`` needs no call of its own while
+  its client keeps placing; the reply is then ``{"placements": [...],
+  "confirmed": {"confirmed": [...], "unknown": [...]} or null}``.
 
 Errors raised by the daemon come back as the same ``scheduler.exception``
 types. Payloads are checked to be plain JSON here too, so a value that cannot
@@ -45,6 +50,14 @@ _UNSET = object()
 CONFIRM_MODES = ("auto", "sync", "manual", "none")
 
 
+def _confirm_answer(reply) -> dict | None:
+    """The answer to the confirm a select carried (None: not confirmed)."""
+    answer = reply.get("confirmed") if isinstance(reply, dict) else None
+    if not isinstance(answer, dict):
+        return None
+    return answer
+
+
 class SchedulerAPI:
     """Calls the scheduler daemon over ``[scheduler] topic``.
 
@@ -55,7 +68,7 @@ class SchedulerAPI:
     (None: forever).
     """
 
-    VERSION = "1.3"
+    VERSION = "1.4"
 
     def __init__(self, conf: cfg.ConfigOpts = cfg.CONF, *,
                  transport: oslo_messaging.Transport | None = None,
@@ -248,6 +261,11 @@ class SchedulerAPI:
                            f"{self.conf.scheduler.rpc_version_cap})")
             kw["allow_preemption"] = True
             version = "1.3"
+        ctxt = ctxt or rpc.new_context()
+        riding = self._riders(ctxt) if kw else []
+        if riding:
+            kw["confirm_instances"] = confirmer.BackgroundConfirmer.uuids_of(riding)
+            version = "1.4"
         cctxt = self.client.prepare(version=version,
                                     timeout=self.conf.scheduler.long_rpc_timeout,
                                     call_monitor_timeout=monitor)
@@ -257,29 +275,44 @@ class SchedulerAPI:
             count = request_spec.get("num_instances", 1)
             if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= 1000:
                 instance_uuids = [str(uuidlib.uuid4()) for _ in range(count)]
-        ctxt = ctxt or rpc.new_context()
         sent_at = time.monotonic()
-        for attempt in range(retries + 1):
-            try:
-                placements = self._send(cctxt, ctxt, "select_destinations",
-                                        request_spec=request_spec,
-                                        instance_uuids=instance_uuids,
-                                        return_alternates=return_alternates,
-                                        dry_run=dry_run, **kw)
-                break
-            except oslo_messaging.MessagingTimeout:
-                if attempt == retries or not (instance_uuids or
-                                              request_spec.get("instance_uuids")):
-                    raise
-                LOG.warning("select_destinations for %s timed out; sending it again "
-                            "(%d of %d)", instance_uuids or request_spec["instance_uuids"],
-                            attempt + 1, retries)
+        try:
+            for attempt in range(retries + 1):
+                try:
+                    placements = self._send(cctxt, ctxt, "select_destinations",
+                                            request_spec=request_spec,
+                                            instance_uuids=instance_uuids,
+                                            return_alternates=return_alternates,
+                                            dry_run=dry_run, **kw)
+                    break
+                except oslo_messaging.MessagingTimeout:
+                    if attempt == retries or not (instance_uuids or
+                                                  request_spec.get("instance_uuids")):
+                        raise
+                    LOG.warning("select_destinations for %s timed out; sending it again "
+                                "(%d of %d)",
+                                instance_uuids or request_spec["instance_uuids"],
+                                attempt + 1, retries)
+        except BaseException:
+            if riding:
+                self._confirmer.put_back(riding)    # the thread confirms them
+            raise
+        if riding:
+            self._confirmer.ridden(riding, _confirm_answer(placements))
+            placements = placements["placements"]
         if kw and confirm == "sync":
             return self._confirmed(ctxt, placements, lambda p: p[0]["instance_uuid"])
         if kw and confirm == "auto":
             self._background().add([p[0]["instance_uuid"] for p in placements], sent_at,
                                    ctxt)
         return placements
+
+    def _riders(self, ctxt) -> list:
+        """The background confirmer's queued placements of ``ctxt``'s caller, for
+        this select to carry (``confirm_instances``, RPC API 1.4)."""
+        if self._confirmer is None or not self.client.can_send_version("1.4"):
+            return []
+        return self._confirmer.take(ctxt)
 
     def capacity(self, ctxt, request_spec: dict | list, per_az: bool = False,
                  per_aggregate: bool = False) -> list[dict]:

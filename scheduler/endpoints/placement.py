@@ -31,9 +31,17 @@ class PlacementEndpoint:
     @rpc_method
     def select_destinations(self, ctxt, request_spec, instance_uuids=None,
                             return_alternates=False, dry_run=False,
-                            pending=False, allow_preemption=False) -> list[list[dict]]:
+                            pending=False, allow_preemption=False,
+                            confirm_instances=None) -> list[list[dict]] | dict:
+        """Place the request's instances. ``confirm_instances`` (1.4): earlier
+        placements of this caller to confirm first, as ``confirm`` does; the
+        answer is then ``{"placements": [...], "confirmed": ...}``, where
+        ``confirmed`` is ``confirm``'s answer, or None when the caller may not
+        confirm (it then calls ``confirm`` and hears why)."""
         check_json(request_spec, "request_spec")
         uuids = _instance_uuids(instance_uuids)
+        carried = None if confirm_instances is None else \
+            validation.uuids(confirm_instances, "confirm_instances", MAX_INSTANCES)
         return_alternates = validation.boolean(return_alternates, "return_alternates")
         dry_run = validation.boolean(dry_run, "dry_run")
         pending = validation.boolean(pending, "pending")
@@ -53,10 +61,27 @@ class PlacementEndpoint:
         kw = {"pending": True} if pending else {}
         if allow_preemption:
             kw["allow_preemption"] = True
+        # before the select: its answer is the caller's whatever the select's
+        # (a NoValidHost leaves them confirmed; the caller, seeing none, sends
+        # them again in a confirm call of their own, which is idempotent)
+        confirmed = self._confirm_carried(ctxt, carried) if carried else None
         result = self.scheduler.select_destinations(
             spec, instance_uuids=uuids, return_alternates=return_alternates,
             dry_run=dry_run, **kw)
-        return [[s.to_primitive() for s in alternatives] for alternatives in result]
+        placements = [[s.to_primitive() for s in alternatives] for alternatives in result]
+        if carried is None:
+            return placements
+        return {"placements": placements, "confirmed": confirmed}
+
+    def _confirm_carried(self, ctxt, uuids: list[str]) -> dict | None:
+        """``confirm``'s answer for the placements a select carried; None when
+        this caller may not confirm (the select goes on)."""
+        try:
+            project = scoping.claims_project(self.policy, ctxt, "confirm")
+        except exception.BerthError:
+            return None
+        confirmed, unknown = self.scheduler.confirm(uuids, project=project)
+        return {"confirmed": confirmed, "unknown": unknown}
 
     @rpc_method
     def capacity(self, ctxt, request_spec, per_az=False, per_aggregate=False) -> list[dict]:

@@ -120,6 +120,7 @@ def test_one_lost_request_does_not_sink_the_batch(any_db, sched, daemon, schedul
     unknown, the other requests of the batch are confirmed one by one; the
     lost request's other instance is given back."""
     scheduler_options(confirm_batch_delay=0.3)
+    monkeypatch.setattr(daemon, "_riders", lambda ctxt: [])     # the thread's batches
     real_confirm = daemon.confirm
     calls = []
     reaped: list[str] = []
@@ -176,7 +177,7 @@ def test_closing_the_client_sends_what_is_queued(any_db, sched, scheduler_option
     scheduler_options(confirm_batch_delay=5.0)
     with serving(any_db, sched) as (_, api):
         uuids = placed(api) + placed(api)
-        assert set(rows(any_db).values()) == {True}
+        assert rows(any_db) == {uuids[0]: False, uuids[1]: True}   # the 2nd carried the 1st
         api.close()
         assert rows(any_db) == dict.fromkeys(uuids, False)
 
@@ -187,10 +188,11 @@ def test_instances_placed_otherwise_are_taken_as_confirmed(any_db, daemon):
 
 
 def test_an_instance_its_caller_releases_first_is_not_confirmed(any_db, daemon, scheduler_options,
-                                                                caplog):
+                                                                caplog, monkeypatch):
     """A build that failed at once: the caller releases before the confirm
     goes. Nothing is lost or logged; the rest of the request is confirmed."""
     scheduler_options(confirm_batch_delay=0.3)
+    monkeypatch.setattr(daemon, "_riders", lambda ctxt: [])     # the thread's batch
     gone = placed(daemon)
     pair = placed(daemon, TWO)
     assert daemon.release(None, gone[0]) is True
@@ -291,3 +293,102 @@ def test_a_queue_emptied_while_the_confirmer_lingers_keeps_it_running(
     daemon.wait_confirmed(kept, timeout=10)
     assert daemon._confirmer._thread is thread
     assert rows(any_db) == {kept[0]: False}
+
+
+# -- riding on the next select (RPC API 1.4) ---------------------------------------------
+
+def test_the_next_select_carries_the_confirms(any_db, daemon, scheduler_options):
+    """A client that keeps placing sends no confirm call: each select confirms
+    the placements before it; the last one is confirmed by the thread, at once
+    when someone waits for it."""
+    scheduler_options(confirm_batch_delay=30.0)
+    first, pair, last = placed(daemon), placed(daemon, TWO), placed(daemon)
+    assert rows(any_db) == {**dict.fromkeys(first + pair, False), last[0]: True}
+    assert daemon._confirmer.calls == 0
+    assert daemon._confirmer.state(pair[1]) == "confirmed"
+    t0 = time.monotonic()
+    daemon.wait_confirmed(last, timeout=10)         # does not linger 30 s
+    assert time.monotonic() - t0 < 10 and daemon._confirmer.calls == 1
+    assert rows(any_db) == dict.fromkeys(first + pair + last, False)
+
+
+def test_a_client_capped_below_1_4_carries_nothing(any_db, sched, scheduler_options):
+    scheduler_options(confirm_batch_delay=0.2, rpc_version_cap="1.3")
+    with serving(any_db, sched) as (_, api):
+        calls = []
+        real_send = api._send
+
+        def send(cctxt, ctxt, method, **kw):
+            calls.append((method, sorted(kw)))
+            return real_send(cctxt, ctxt, method, **kw)
+
+        api._send = send
+        uuids = placed(api) + placed(api)
+        api.wait_confirmed(uuids, timeout=10)
+        assert all("confirm_instances" not in kw for _, kw in calls)
+        assert [m for m, _ in calls].count("confirm") == 1
+        assert rows(any_db) == dict.fromkeys(uuids, False)
+        api.close()
+
+
+def test_a_select_that_fails_hands_its_confirms_back(any_db, daemon, scheduler_options):
+    """NoValidHost for the carrying select: its confirm's answer never came
+    back, so the thread confirms them again (idempotent)."""
+    scheduler_options(confirm_batch_delay=0.2)
+    first = placed(daemon)
+    with pytest.raises(exception.NoValidHost):
+        daemon.select_destinations(None, dict(ONE, flavor=dict(ONE["flavor"], vcpus=512)))
+    daemon.wait_confirmed(first, timeout=10)
+    assert daemon._confirmer.state(first[0]) == "confirmed"
+    assert daemon._confirmer.calls == 1 and rows(any_db) == {first[0]: False}
+
+
+def test_a_carried_confirm_that_finds_an_instance_gone_loses_that_request_only(
+        any_db, sched, daemon, scheduler_options, caplog):
+    """One instance of a carried request was reaped: the select's confirm
+    answers unknown (all or none: nothing confirmed); the thread then loses
+    that request and confirms the others, as for a batch of its own."""
+    scheduler_options(confirm_batch_delay=0.2)
+    pair = placed(daemon, TWO)
+    other = placed(daemon, confirm="none")              # carries nothing
+    daemon._confirmer.add(other, time.monotonic())      # queued behind the pair
+    sched.release(pair[0])                  # as the reaper would
+    last = placed(daemon)                   # carries the pair and `other`
+    with pytest.raises(exception.ClaimExpired):
+        daemon.wait_confirmed(pair, timeout=10)
+    daemon.wait_confirmed(other + last, timeout=10)
+    assert daemon._confirmer.state(pair[1]) == "lost" and "is lost" in caplog.text
+    assert rows(any_db) == dict.fromkeys(other + last, False)
+
+
+def test_a_lost_reply_of_a_carrying_select_loses_nothing(any_db, daemon, monkeypatch,
+                                                          scheduler_options):
+    """The carrying select's reply is lost: the select is sent again with the
+    same instances and confirms; both answers are the first ones'."""
+    scheduler_options(confirm_batch_delay=30.0)
+    first = placed(daemon)
+    real_send = daemon._send
+    sent = []
+
+    def reply_lost_once(cctxt, ctxt, method, **kw):
+        sent.append(kw.get("confirm_instances"))
+        result = real_send(cctxt, ctxt, method, **kw)
+        if len(sent) == 1:
+            raise oslo_messaging.MessagingTimeout("reply lost")
+        return result
+
+    monkeypatch.setattr(daemon, "_send", reply_lost_once)
+    second = placed(daemon)
+    assert sent == [first, first]
+    assert daemon._confirmer.state(first[0]) == "confirmed"
+    assert daemon._confirmer.calls == 0
+    assert rows(any_db) == {first[0]: False, second[0]: True}
+
+
+def test_a_malformed_confirm_instances_is_refused_and_changes_nothing(any_db, daemon):
+    first = placed(daemon, confirm="manual")
+    cctxt = daemon.client.prepare(version="1.4")
+    with pytest.raises(exception.InvalidRequest, match="confirm_instances"):
+        cctxt.call({}, "select_destinations", request_spec=ONE, pending=True,
+                   confirm_instances=[first[0], "not-a-uuid"])
+    assert rows(any_db) == {first[0]: True}
