@@ -7,15 +7,17 @@ confirm itself need not delay the caller. ``BackgroundConfirmer`` takes the
 instances of each request as soon as their reply arrives and confirms them from
 a thread of its own, several requests in one call, while the caller goes on:
 
-* Riding: the client's next ``select_destinations`` (RPC API 1.4, same
-  caller) carries what is queued (``take``): the daemon confirms them before
-  it places, and its reply says how that went (``ridden``). A busy client thus
-  sends no confirm call of its own; a select that fails hands them back
-  (``put_back``), and a reply that names an instance ``unknown`` hands them
-  back too, for the thread to sort out as below.
-* Batching: the requests that arrived within ``[scheduler] confirm_batch_delay``
-  seconds of the first, and that no select carried meanwhile, are confirmed
-  in one call (up to ``MAX_BATCH`` instances). ``confirm`` is all or none over
+* Riding: once the oldest queued request is ``[scheduler]
+  confirm_batch_delay`` seconds old, the caller's next ``select_destinations``
+  (RPC API 1.4, same caller) carries the queue (``take``): the daemon confirms
+  them before it places, and its reply says how that went (``ridden``). A busy
+  client thus sends no confirm call of its own, and confirms several
+  placements at a time; a select that fails hands them back (``put_back``),
+  and a reply that names an instance ``unknown`` hands them back too, for the
+  thread to sort out as below.
+* Batching: what no select carried within twice ``confirm_batch_delay`` is
+  confirmed by the thread, the oldest request's caller's requests in one call
+  (up to ``MAX_BATCH`` instances). ``confirm`` is all or none over
   the instances it names, so when a batch answers ``unknown`` (an instance
   released meanwhile), the requests of that batch that hold all their
   instances are confirmed again, each in a call of its own; a request of
@@ -62,14 +64,15 @@ MAX_BATCH = 1000        # instances per confirm call (the endpoint's limit)
 KEEP_SETTLED = 10000    # settled requests remembered for wait_confirmed
 
 confirmer_opts = [
-    cfg.FloatOpt("confirm_batch_delay", default=0.5, min=0.0,
-                 help="Seconds the client library's background confirmer waits after "
-                      "a reply arrives for more replies to confirm in the same call "
-                      "(confirm=\"auto\"). A select_destinations the same caller "
-                      "sends meanwhile carries them instead (RPC API 1.4), so a busy "
-                      "client sends no confirm call at all. Longer: fewer confirm "
-                      "calls from a client that pauses, claims pending a little "
-                      "longer (wait_confirmed does not wait for it)."),
+    cfg.FloatOpt("confirm_batch_delay", default=0.25, min=0.0,
+                 help="Seconds a placement made with confirm=\"auto\" waits for its "
+                      "confirm: once this old, the next select_destinations of the "
+                      "same caller carries it and every other one queued (RPC API "
+                      "1.4); once twice this old, the client library's background "
+                      "confirmer sends them in a confirm call of their own. Longer: "
+                      "fewer confirms, each of more placements; claims pending a "
+                      "little longer (wait_confirmed and closing the client do not "
+                      "wait for it)."),
     cfg.FloatOpt("confirm_margin", default=30.0, min=0.0,
                  help="Seconds before a pending claim's end ([scheduler] claim_ttl "
                       "after its select was sent) at which the background confirmer "
@@ -104,6 +107,7 @@ class _Request:
     deadline: float                     # time.monotonic() at which to give up
     ctxt: object = None                 # the select's request context
     caller: tuple = ()                  # who that context is (batches one caller)
+    queued_at: float = 0.0              # time.monotonic() when its reply arrived
     state: str = PENDING
     reason: str = ""
     released: set[str] = field(default_factory=set)     # by the caller meanwhile
@@ -160,7 +164,8 @@ class BackgroundConfirmer:
         ttl = self._option("claim_ttl", 300)
         deadline = sent_at + ttl - min(self._option("confirm_margin", 30.0), ttl / 2) \
             if ttl > 0 else float("inf")
-        request = _Request(tuple(instance_uuids), deadline, ctxt, _caller(ctxt))
+        request = _Request(tuple(instance_uuids), deadline, ctxt, _caller(ctxt),
+                           time.monotonic())
         with self._lock:
             self._closing = False       # used again after close(): serve again
             for uuid in request.uuids:
@@ -251,27 +256,34 @@ class BackgroundConfirmer:
 
     # -- riding on the caller's next select (RPC API 1.4) ------------------------------
     def take(self, ctxt) -> list[_Request]:
-        """The queued requests of ``ctxt``'s caller, oldest first (up to
-        ``MAX_BATCH`` instances), for the select about to be sent to carry:
-        hand them to ``ridden`` with its answer, or to ``put_back``."""
+        """The queued requests of ``ctxt``'s caller (up to ``MAX_BATCH``
+        instances, oldest first) for the select about to be sent to carry,
+        once the oldest has waited ``confirm_batch_delay`` (a busy client
+        confirms several placements at a time, and most selects carry
+        nothing); hand them to ``ridden`` with its answer, or to ``put_back``."""
         caller = _caller(ctxt)
-        released, batch, count = [], [], 0
+        ripe = time.monotonic() - self._option("confirm_batch_delay", 0.25)
         with self._lock:
-            for request in list(self._queue):
-                if request.caller != caller:
-                    continue
-                if not request.to_confirm():
-                    self._queue.remove(request)
-                    released.append(request)
-                    continue
-                if count + len(request.uuids) > MAX_BATCH:
-                    break
-                self._queue.remove(request)
-                batch.append(request)
-                count += len(request.uuids)
+            oldest = next((r for r in self._queue if r.caller == caller), None)
+            if oldest is None or oldest.queued_at > ripe:
+                return []
+            batch = self._take_caller(caller)
             self._riding.extend(batch)
-        for request in released:
-            self._settle(request, RELEASED)
+        return batch
+
+    def _take_caller(self, caller: tuple) -> list[_Request]:
+        """Off the queue (under the lock): ``caller``'s requests, oldest first,
+        up to ``MAX_BATCH`` instances."""
+        batch: list[_Request] = []
+        count = 0
+        for request in list(self._queue):
+            if request.caller != caller:
+                continue
+            if batch and count + len(request.uuids) > MAX_BATCH:
+                break
+            self._queue.remove(request)
+            batch.append(request)
+            count += len(request.uuids)
         return batch
 
     @staticmethod
@@ -324,31 +336,26 @@ class BackgroundConfirmer:
             self._thread.start()
 
     def _next_batch(self) -> list[_Request] | None:
-        """The requests to confirm in the next call (None: closing, nothing left)."""
-        delay = self._option("confirm_batch_delay", 0.1)
+        """The requests to confirm in the next call (None: closing, nothing left):
+        once the oldest has waited twice ``confirm_batch_delay`` (after one,
+        the caller's next select may carry it) or someone is waiting."""
+        delay = self._option("confirm_batch_delay", 0.25)
         with self._lock:
-            while not self._queue:
-                if self._closing:
-                    return None
-                self._lock.wait(1.0)
-            linger = time.monotonic() + delay   # more replies may arrive meanwhile
-            while not (self._closing or self._hurry or self._waiters) \
-                    and time.monotonic() < linger:
-                self._lock.wait(linger - time.monotonic())
-            if not self._queue:     # all released by their caller meanwhile
-                return []
-            # the first request's caller's requests, oldest first, as many as fit
-            first = self._queue[0]
-            batch: list[_Request] = []
-            count = 0
-            for request in list(self._queue):
-                if request.caller != first.caller:
+            while True:
+                if not self._queue:
+                    if self._closing:
+                        return None
+                    self._lock.wait(1.0)
                     continue
-                if batch and count + len(request.uuids) > MAX_BATCH:
+                if self._closing or self._hurry or self._waiters:
                     break
-                self._queue.remove(request)
-                batch.append(request)
-                count += len(request.uuids)
+                left = min(r.queued_at for r in self._queue) + 2 * delay - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(left)
+            # the oldest request's caller's requests, oldest first, as many as fit
+            first = min(self._queue, key=lambda r: r.queued_at)
+            batch = self._take_caller(first.caller)
             self._busy = True
             self._sending = list(batch)
             return batch

@@ -177,7 +177,7 @@ def test_closing_the_client_sends_what_is_queued(any_db, sched, scheduler_option
     scheduler_options(confirm_batch_delay=5.0)
     with serving(any_db, sched) as (_, api):
         uuids = placed(api) + placed(api)
-        assert rows(any_db) == {uuids[0]: False, uuids[1]: True}   # the 2nd carried the 1st
+        assert set(rows(any_db).values()) == {True}
         api.close()
         assert rows(any_db) == dict.fromkeys(uuids, False)
 
@@ -188,11 +188,10 @@ def test_instances_placed_otherwise_are_taken_as_confirmed(any_db, daemon):
 
 
 def test_an_instance_its_caller_releases_first_is_not_confirmed(any_db, daemon, scheduler_options,
-                                                                caplog, monkeypatch):
+                                                                caplog):
     """A build that failed at once: the caller releases before the confirm
     goes. Nothing is lost or logged; the rest of the request is confirmed."""
     scheduler_options(confirm_batch_delay=0.3)
-    monkeypatch.setattr(daemon, "_riders", lambda ctxt: [])     # the thread's batch
     gone = placed(daemon)
     pair = placed(daemon, TWO)
     assert daemon.release(None, gone[0]) is True
@@ -298,17 +297,20 @@ def test_a_queue_emptied_while_the_confirmer_lingers_keeps_it_running(
 # -- riding on the next select (RPC API 1.4) ---------------------------------------------
 
 def test_the_next_select_carries_the_confirms(any_db, daemon, scheduler_options):
-    """A client that keeps placing sends no confirm call: each select confirms
-    the placements before it; the last one is confirmed by the thread, at once
-    when someone waits for it."""
-    scheduler_options(confirm_batch_delay=30.0)
-    first, pair, last = placed(daemon), placed(daemon, TWO), placed(daemon)
+    """A client that keeps placing sends no confirm call: a select carries the
+    placements queued for confirm_batch_delay, several at a time; the last
+    ones are confirmed by the thread, at once when someone waits for them."""
+    scheduler_options(confirm_batch_delay=1.0)
+    first, pair = placed(daemon), placed(daemon, TWO)
+    assert set(rows(any_db).values()) == {True}     # too young to ride
+    time.sleep(1.05)
+    last = placed(daemon)                           # carries both requests
     assert rows(any_db) == {**dict.fromkeys(first + pair, False), last[0]: True}
     assert daemon._confirmer.calls == 0
     assert daemon._confirmer.state(pair[1]) == "confirmed"
     t0 = time.monotonic()
-    daemon.wait_confirmed(last, timeout=10)         # does not linger 30 s
-    assert time.monotonic() - t0 < 10 and daemon._confirmer.calls == 1
+    daemon.wait_confirmed(last, timeout=10)         # does not wait 2 s
+    assert time.monotonic() - t0 < 1.0 and daemon._confirmer.calls == 1
     assert rows(any_db) == dict.fromkeys(first + pair + last, False)
 
 
@@ -334,8 +336,9 @@ def test_a_client_capped_below_1_4_carries_nothing(any_db, sched, scheduler_opti
 def test_a_select_that_fails_hands_its_confirms_back(any_db, daemon, scheduler_options):
     """NoValidHost for the carrying select: its confirm's answer never came
     back, so the thread confirms them again (idempotent)."""
-    scheduler_options(confirm_batch_delay=0.2)
+    scheduler_options(confirm_batch_delay=0.5)
     first = placed(daemon)
+    time.sleep(0.6)
     with pytest.raises(exception.NoValidHost):
         daemon.select_destinations(None, dict(ONE, flavor=dict(ONE["flavor"], vcpus=512)))
     daemon.wait_confirmed(first, timeout=10)
@@ -348,11 +351,12 @@ def test_a_carried_confirm_that_finds_an_instance_gone_loses_that_request_only(
     """One instance of a carried request was reaped: the select's confirm
     answers unknown (all or none: nothing confirmed); the thread then loses
     that request and confirms the others, as for a batch of its own."""
-    scheduler_options(confirm_batch_delay=0.2)
+    scheduler_options(confirm_batch_delay=0.5)
     pair = placed(daemon, TWO)
     other = placed(daemon, confirm="none")              # carries nothing
     daemon._confirmer.add(other, time.monotonic())      # queued behind the pair
     sched.release(pair[0])                  # as the reaper would
+    time.sleep(0.6)
     last = placed(daemon)                   # carries the pair and `other`
     with pytest.raises(exception.ClaimExpired):
         daemon.wait_confirmed(pair, timeout=10)
@@ -365,8 +369,9 @@ def test_a_lost_reply_of_a_carrying_select_loses_nothing(any_db, daemon, monkeyp
                                                           scheduler_options):
     """The carrying select's reply is lost: the select is sent again with the
     same instances and confirms; both answers are the first ones'."""
-    scheduler_options(confirm_batch_delay=30.0)
+    scheduler_options(confirm_batch_delay=1.0)
     first = placed(daemon)
+    time.sleep(1.05)
     real_send = daemon._send
     sent = []
 
