@@ -41,6 +41,7 @@ from oslo_messaging import _utils as messaging_utils
 from oslo_messaging.rpc import dispatcher as rpc_dispatcher
 
 from scheduler import exception, validation
+from scheduler.call_monitor import CallMonitor
 from scheduler.endpoints.rpc_method import reply
 
 LOG = logging.getLogger(__name__)
@@ -272,6 +273,8 @@ class CheckedDispatcher(rpc_dispatcher.RPCDispatcher):
                  admission=None) -> None:
         super().__init__(endpoints, serializer, access_policy)
         self.admission = admission
+        # the call-monitor heartbeats of every call, from one thread
+        self.monitor = CallMonitor()
 
     def dispatch(self, incoming):
         refusal = getattr(incoming.message, "refusal", None)
@@ -279,10 +282,11 @@ class CheckedDispatcher(rpc_dispatcher.RPCDispatcher):
             if refusal is not None:
                 raise refusal
             check_call(incoming.message, incoming.ctxt)
-            if self.admission is None:
-                return super().dispatch(incoming)
-            with self.admission.turn(incoming.message["method"], incoming.ctxt):
-                return super().dispatch(incoming)
+            with self.monitor.watching(incoming):
+                if self.admission is None:
+                    return super().dispatch(incoming)
+                with self.admission.turn(incoming.message["method"], incoming.ctxt):
+                    return super().dispatch(incoming)
         except oslo_messaging.ExpectedException:
             raise
         except exception.BerthError as e:
