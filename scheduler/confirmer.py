@@ -261,8 +261,13 @@ class BackgroundConfirmer:
         once the oldest has waited ``confirm_batch_delay`` (a busy client
         confirms several placements at a time, and most selects carry
         nothing); hand them to ``ridden`` with its answer, or to ``put_back``."""
-        caller = _caller(ctxt)
         ripe = time.monotonic() - self._option("confirm_batch_delay", 0.25)
+        with self._lock:
+            # oldest first (replies are queued as they arrive, what is put back
+            # goes first): most selects of a busy client stop here
+            if not self._queue or self._queue[0].queued_at > ripe:
+                return []
+        caller = _caller(ctxt)
         with self._lock:
             oldest = next((r for r in self._queue if r.caller == caller), None)
             if oldest is None or oldest.queued_at > ripe:
