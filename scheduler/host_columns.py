@@ -339,7 +339,10 @@ class HostColumns:
         for name in BOOL_FIELDS:
             setattr(self, name, np.zeros(n, dtype=bool))
         for name in CELL_FIELDS:
-            setattr(self, name, np.full((n, MAX_CELLS), -1.0))
+            # stored cell by cell (the transpose of a (MAX_CELLS, n) array): the
+            # first k cells of every row, as NUMATopologyFilter reads them, are
+            # one contiguous block, not a strided slice of every row
+            setattr(self, name, np.full((MAX_CELLS, n), -1.0).T)
         #: How many ``cell_*`` columns any row has used (they only grow).
         self.cell_columns = 0
         #: Per row, the HostState.version the row was written from.
@@ -589,7 +592,7 @@ class HostColumns:
         other.hosts = list(self.hosts)
         other.classes = self.classes
         for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
-            setattr(other, name, getattr(self, name).copy())
+            setattr(other, name, getattr(self, name).copy(order="K"))
         other.cell_columns = self.cell_columns
         other.index_by_host = self.index_by_host
         other.row_of_node = self.row_of_node

@@ -21,14 +21,25 @@ def _pinned_key(host) -> tuple:
             None if topology is None else isolate_on_smt_hosts(topology))
 
 
+def _whole_pages(memory_kb: int, page_kb: np.ndarray) -> np.ndarray:
+    """Where ``memory_kb`` is a whole number of pages of ``page_kb`` (whole
+    numbers, at least 1): ``memory_kb % page_kb == 0``, without a float modulo
+    per row. Below 2**53 the quotient of two whole numbers is exact when one
+    divides the other, and otherwise at least ``1 / page_kb`` away from any whole
+    number, further than its rounding error reaches: its floor tells them apart."""
+    if memory_kb >= 2 ** 53:
+        return np.mod(memory_kb, page_kb) == 0
+    quotient = memory_kb / page_kb
+    return quotient == np.floor(quotient)
+
+
 def _sure_memory(col, ram_ratio, cell):
     """Per host cell (``col(name)``: a cell column): certainly room for the guest
     cell's memory (None: unknown for this page size request)."""
     memory_kb = cell.memory_mb * 1024
     small = col("cell_small_kb")
     has_pages = small > 0
-    per_page = np.where(has_pages, small, 1)
-    whole_small = np.mod(memory_kb, per_page) == 0
+    whole_small = _whole_pages(memory_kb, np.where(has_pages, small, 1))
     ratio = ram_ratio
     if cell.pcpuset:
         ratio = np.minimum(ratio, 1.0)
@@ -42,8 +53,9 @@ def _sure_memory(col, ram_ratio, cell):
     def fits(free_pages, size):
         return (free_pages >= 0) & (memory_kb % size == 0) & (memory_kb // size <= free_pages)
 
-    fit_small = has_pages & whole_small & (memory_kb // per_page <= col("cell_small_free_kb")
-                                           // per_page)
+    # a whole number of small pages fits in the free ones when its memory is at
+    # most theirs (both are multiples of the page size)
+    fit_small = has_pages & whole_small & (memory_kb <= col("cell_small_free_kb"))
     fit_2m = fits(col("cell_free_2m_pages"), 2048)
     fit_1g = fits(col("cell_free_1g_pages"), 1048576)
     if request == numa_topology.PAGES_SMALL:
