@@ -425,9 +425,18 @@ class Cycle:
         return explanation
 
     def recheck(self, request: RequestContext, host) -> str | None:
-        """Run every filter on ``host`` as it is now (a one-row snapshot of it):
-        None, or ``"Filter: reason"`` of the first that refuses."""
-        one = HostColumns([host], self.cols.classes)
+        """Run every filter on ``host`` as it is now (a one-row snapshot of it;
+        the caller holds the host's lock): None, or ``"Filter: reason"`` of the
+        first that refuses."""
+        cols = self.cols
+        row = cols.row_of_node.get(host.node_id)
+        if row is not None and cols.hosts[row] is host and cols.versions[row] == host.version:
+            # the row was written from this host as it is now (every change of
+            # a host rewrites its row, stamped last), and it cannot change while
+            # its lock is held: read it where it is
+            one = cols.one_row(row)
+        else:
+            one = HostColumns([host], cols.classes)
         rows = np.zeros(1, dtype=np.intp)
         for step in self._run_order:
             v = self._new_verdicts(step, request, one)

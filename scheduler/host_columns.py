@@ -607,6 +607,34 @@ class HostColumns:
         other._trees = list(self._trees)
         return other
 
+    def one_row(self, i: int) -> HostColumns:
+        """Row ``i`` alone, as columns of one row that read these (views, not
+        copies: nothing is written through them, and they show row ``i`` as it
+        is whenever they are read); class codes are shared with these."""
+        hs = self.hosts[i]
+        rows = slice(i, i + 1)
+        other = object.__new__(HostColumns)
+        other.n = 1
+        other.hosts = [hs]
+        other.classes = self.classes
+        for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
+            setattr(other, name, getattr(self, name)[rows])
+        other.cell_columns = self.cell_columns
+        other.index_by_host = {hs.host: [0]}
+        other.row_of_node = {hs.node_id: 0}
+        other._node_ids = None
+        other._node_rows = None
+        other._agg_min = {k: (v[rows], p[rows]) for k, (v, p) in list(self._agg_min.items())}
+        other._agg_source = [self._agg_source[i]]
+        other._agg_rows = None
+        other._classes = {k: (c[rows], [keys[i]])
+                          for k, (c, keys) in list(self._classes.items())}
+        other._res = {rc: ResourceColumns(res.data[:, rows])
+                      for rc, res in list(self._res.items())}
+        other._traits = {t: r[rows] for t, r in list(self._traits.items())}
+        other._trees = [self._trees[i]]
+        return other
+
     def needs_recode(self) -> bool:
         """Whether some class has handed out many more codes than there are rows."""
         limit = 4 * self.n + 4096
