@@ -78,6 +78,37 @@ def _sure_memory(col, ram_ratio, cell):
     return paged
 
 
+def _sure_cells(cols, cell, reserve: int):
+    """Per host cell (the first ``cols.cell_columns``): certainly room for guest
+    ``cell`` (``reserve``: the emulator threads' pCPU it brings), i.e. the
+    pinned CPUs its thread policy needs, room for its shared CPUs, and its
+    memory — in small pages (free ones for pinned vCPUs, in all for shared)
+    within the cell's memory and RAM ratio (at most 1 for pinned vCPUs) when it
+    asks no page size, or in free pages of a size it allows. None: unknown."""
+    policy = cell.cpu_thread_policy
+    wanted = len(cell.pcpuset) + reserve
+    if policy == numa_topology.ISOLATE and wanted \
+            and host_state.isolate_on_smt_hosts() == "refuse":
+        return None
+    k = cols.cell_columns          # only the cell columns some host uses
+
+    def col(name):
+        return getattr(cols, name)[:, :k]
+    memory = _sure_memory(col, cols.ram_ratio[:, None], cell)
+    if memory is None:
+        return None
+    ok = (col("cell_memory_mb") >= 0) & memory
+    if wanted:
+        ok &= col("cell_free_pcpus") >= wanted
+        if policy == numa_topology.ISOLATE:
+            ok &= col("cell_free_cores") >= wanted
+        elif policy == numa_topology.REQUIRE:
+            ok &= col("cell_free_pair_cpus") >= wanted - reserve
+    if cell.cpuset:
+        ok &= col("cell_shared_room") >= len(cell.cpuset)
+    return ok
+
+
 class NUMATopologyFilter(BaseHostFilter):
     """Passes hosts where ``numa.fitting`` finds a fit (``HostState.numa_reason``),
     PCI devices on the chosen cells included.
@@ -140,39 +171,23 @@ class NUMATopologyFilter(BaseHostFilter):
         return refused
 
     def sure_passes(self, cols, spec):
-        """Hosts that certainly take a one-cell guest without PCI devices: some
-        host cell (of the first ``MAX_CELLS``) has the pinned CPUs its thread
-        policy needs, room for its shared CPUs, and its memory — in small pages
-        (free ones for pinned vCPUs, in all for shared) within the cell's memory
-        and RAM ratio (at most 1 for pinned vCPUs) when it asks no page size, or
-        in free pages of a size it allows."""
+        """Hosts that certainly take a guest without PCI devices: as many host
+        cells (of the first ``MAX_CELLS``) as the guest has cells, each certainly
+        taking every guest cell (``_sure_cells``), so that the guest cells go on
+        distinct ones whatever the pairing (one guest cell: some such host cell)."""
         guest = spec.numa_topology
-        if len(guest.cells) != 1 or spec.pci_requests:
+        if spec.pci_requests or not cols.cell_columns:
             return False
-        cell = guest.cells[0]
-        policy = cell.cpu_thread_policy
         reserve = 1 if guest.emulator_threads_isolated else 0
-        wanted = len(cell.pcpuset) + reserve
-        if policy == numa_topology.ISOLATE and wanted \
-                and host_state.isolate_on_smt_hosts() == "refuse":
-            return False
-        k = cols.cell_columns          # only the cell columns some host uses
-
-        def col(name):
-            return getattr(cols, name)[:, :k]
-        memory = _sure_memory(col, cols.ram_ratio[:, None], cell)
-        if memory is None or not k:
-            return False
-        ok = (col("cell_memory_mb") >= 0) & memory
-        if wanted:
-            ok &= col("cell_free_pcpus") >= wanted
-            if policy == numa_topology.ISOLATE:
-                ok &= col("cell_free_cores") >= wanted
-            elif policy == numa_topology.REQUIRE:
-                ok &= col("cell_free_pair_cpus") >= wanted - reserve
-        if cell.cpuset:
-            ok &= col("cell_shared_room") >= len(cell.cpuset)
-        return cols.has_numa & ok.any(axis=1)
+        every = None
+        for index, cell in enumerate(guest.cells):
+            ok = _sure_cells(cols, cell, reserve if index == 0 else 0)
+            if ok is None:
+                return False
+            every = ok if every is None else np.logical_and(every, ok, out=every)
+        if len(guest.cells) == 1:
+            return cols.has_numa & every.any(axis=1)
+        return cols.has_numa & (np.count_nonzero(every, axis=1) >= len(guest.cells))
 
     def host_passes(self, host, spec) -> str | None:
         return host.numa_reason(spec)
