@@ -127,10 +127,13 @@ class Verdicts:
     __slots__ = ("step", "state", "codes", "answers", "classed")
 
     def __init__(self, step: Step, state: Any, n: int, answers: ClassAnswers,
-                 classed: str | None) -> None:
+                 classed: str | None, codes: np.ndarray | None = None) -> None:
         self.step = step
         self.state = state
-        self.codes = np.full(n, UNKNOWN, dtype=np.int32)
+        if codes is None:
+            codes = np.empty(n, dtype=np.int32)
+            codes.fill(UNKNOWN)
+        self.codes = codes
         self.answers = answers
         self.classed = classed
 
@@ -194,11 +197,8 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
     flt = step.flt
     n = cols.n
     answers = ClassAnswers(0)
-    v = Verdicts(step, state, n, answers, classed=None)
     pairs = _plugin_call(flt, "refusals", lambda: list(flt.refusals(cols, state)))
-    codes = v.codes
-    codes[:] = PASS
-    first = True
+    codes = None
     for reason, refused in pairs:
         reason = _checked(flt, reason, "as a reason")
         if reason is None:
@@ -207,14 +207,17 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
         if not refused.any():
             continue            # no row refused for it: nothing to write
         code = answers.code_of(reason)
-        if refused.ndim == 0:
+        if codes is None:
+            # the first refusal: the answers are new, its code is 1 (True as an
+            # int), every other row passes (0)
+            codes = refused.astype(np.int32) if refused.ndim else np.full(n, code, np.int32)
+        elif refused.ndim == 0:
             np.copyto(codes, code, where=codes == PASS)
-        elif first:
-            codes[refused] = code
         else:
             np.copyto(codes, code, where=refused & (codes == PASS))
-        first = False
-    return v
+    if codes is None:
+        codes = np.zeros(n, dtype=np.int32)
+    return Verdicts(step, state, n, answers, classed=None, codes=codes)
 
 
 def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns,
@@ -422,9 +425,18 @@ class Cycle:
         return explanation
 
     def recheck(self, request: RequestContext, host) -> str | None:
-        """Run every filter on ``host`` as it is now (a one-row snapshot of it):
-        None, or ``"Filter: reason"`` of the first that refuses."""
-        one = HostColumns([host], self.cols.classes)
+        """Run every filter on ``host`` as it is now (a one-row snapshot of it;
+        the caller holds the host's lock): None, or ``"Filter: reason"`` of the
+        first that refuses."""
+        cols = self.cols
+        row = cols.row_of_node.get(host.node_id)
+        if row is not None and cols.hosts[row] is host and cols.versions[row] == host.version:
+            # the row was written from this host as it is now (every change of
+            # a host rewrites its row, stamped last), and it cannot change while
+            # its lock is held: read it where it is
+            one = cols.one_row(row)
+        else:
+            one = HostColumns([host], cols.classes)
         rows = np.zeros(1, dtype=np.intp)
         for step in self._run_order:
             v = self._new_verdicts(step, request, one)

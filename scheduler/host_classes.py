@@ -39,7 +39,8 @@ class ClassAnswers:
     __slots__ = ("codes", "reasons", "_index")
 
     def __init__(self, size: int) -> None:
-        self.codes = np.full(max(size, 16), UNKNOWN, dtype=np.int32)
+        self.codes = np.empty(max(size, 16), dtype=np.int32)
+        self.codes.fill(UNKNOWN)
         self.reasons: list[str] = []
         self._index: dict[str, int] = {}
 

@@ -339,7 +339,10 @@ class HostColumns:
         for name in BOOL_FIELDS:
             setattr(self, name, np.zeros(n, dtype=bool))
         for name in CELL_FIELDS:
-            setattr(self, name, np.full((n, MAX_CELLS), -1.0))
+            # stored cell by cell (the transpose of a (MAX_CELLS, n) array): the
+            # first k cells of every row, as NUMATopologyFilter reads them, are
+            # one contiguous block, not a strided slice of every row
+            setattr(self, name, np.full((MAX_CELLS, n), -1.0).T)
         #: How many ``cell_*`` columns any row has used (they only grow).
         self.cell_columns = 0
         #: Per row, the HostState.version the row was written from.
@@ -589,7 +592,7 @@ class HostColumns:
         other.hosts = list(self.hosts)
         other.classes = self.classes
         for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
-            setattr(other, name, getattr(self, name).copy())
+            setattr(other, name, getattr(self, name).copy(order="K"))
         other.cell_columns = self.cell_columns
         other.index_by_host = self.index_by_host
         other.row_of_node = self.row_of_node
@@ -602,6 +605,34 @@ class HostColumns:
         other._res = {rc: res.copy() for rc, res in self._res.items()}
         other._traits = {t: rows.copy() for t, rows in self._traits.items()}
         other._trees = list(self._trees)
+        return other
+
+    def one_row(self, i: int) -> HostColumns:
+        """Row ``i`` alone, as columns of one row that read these (views, not
+        copies: nothing is written through them, and they show row ``i`` as it
+        is whenever they are read); class codes are shared with these."""
+        hs = self.hosts[i]
+        rows = slice(i, i + 1)
+        other = object.__new__(HostColumns)
+        other.n = 1
+        other.hosts = [hs]
+        other.classes = self.classes
+        for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
+            setattr(other, name, getattr(self, name)[rows])
+        other.cell_columns = self.cell_columns
+        other.index_by_host = {hs.host: [0]}
+        other.row_of_node = {hs.node_id: 0}
+        other._node_ids = None
+        other._node_rows = None
+        other._agg_min = {k: (v[rows], p[rows]) for k, (v, p) in list(self._agg_min.items())}
+        other._agg_source = [self._agg_source[i]]
+        other._agg_rows = None
+        other._classes = {k: (c[rows], [keys[i]])
+                          for k, (c, keys) in list(self._classes.items())}
+        other._res = {rc: ResourceColumns(res.data[:, rows])
+                      for rc, res in list(self._res.items())}
+        other._traits = {t: r[rows] for t, r in list(self._traits.items())}
+        other._trees = [self._trees[i]]
         return other
 
     def needs_recode(self) -> bool:

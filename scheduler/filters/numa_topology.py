@@ -21,14 +21,25 @@ def _pinned_key(host) -> tuple:
             None if topology is None else isolate_on_smt_hosts(topology))
 
 
+def _whole_pages(memory_kb: int, page_kb: np.ndarray) -> np.ndarray:
+    """Where ``memory_kb`` is a whole number of pages of ``page_kb`` (whole
+    numbers, at least 1): ``memory_kb % page_kb == 0``, without a float modulo
+    per row. Below 2**53 the quotient of two whole numbers is exact when one
+    divides the other, and otherwise at least ``1 / page_kb`` away from any whole
+    number, further than its rounding error reaches: its floor tells them apart."""
+    if memory_kb >= 2 ** 53:
+        return np.mod(memory_kb, page_kb) == 0
+    quotient = memory_kb / page_kb
+    return quotient == np.floor(quotient)
+
+
 def _sure_memory(col, ram_ratio, cell):
     """Per host cell (``col(name)``: a cell column): certainly room for the guest
     cell's memory (None: unknown for this page size request)."""
     memory_kb = cell.memory_mb * 1024
     small = col("cell_small_kb")
     has_pages = small > 0
-    per_page = np.where(has_pages, small, 1)
-    whole_small = np.mod(memory_kb, per_page) == 0
+    whole_small = _whole_pages(memory_kb, np.where(has_pages, small, 1))
     ratio = ram_ratio
     if cell.pcpuset:
         ratio = np.minimum(ratio, 1.0)
@@ -42,8 +53,9 @@ def _sure_memory(col, ram_ratio, cell):
     def fits(free_pages, size):
         return (free_pages >= 0) & (memory_kb % size == 0) & (memory_kb // size <= free_pages)
 
-    fit_small = has_pages & whole_small & (memory_kb // per_page <= col("cell_small_free_kb")
-                                           // per_page)
+    # a whole number of small pages fits in the free ones when its memory is at
+    # most theirs (both are multiples of the page size)
+    fit_small = has_pages & whole_small & (memory_kb <= col("cell_small_free_kb"))
     fit_2m = fits(col("cell_free_2m_pages"), 2048)
     fit_1g = fits(col("cell_free_1g_pages"), 1048576)
     if request == numa_topology.PAGES_SMALL:
@@ -64,6 +76,37 @@ def _sure_memory(col, ram_ratio, cell):
     if request in (numa_topology.PAGES_SMALL, numa_topology.PAGES_ANY):
         return (~has_pages & plain) | (has_pages & paged)
     return paged
+
+
+def _sure_cells(cols, cell, reserve: int):
+    """Per host cell (the first ``cols.cell_columns``): certainly room for guest
+    ``cell`` (``reserve``: the emulator threads' pCPU it brings), i.e. the
+    pinned CPUs its thread policy needs, room for its shared CPUs, and its
+    memory — in small pages (free ones for pinned vCPUs, in all for shared)
+    within the cell's memory and RAM ratio (at most 1 for pinned vCPUs) when it
+    asks no page size, or in free pages of a size it allows. None: unknown."""
+    policy = cell.cpu_thread_policy
+    wanted = len(cell.pcpuset) + reserve
+    if policy == numa_topology.ISOLATE and wanted \
+            and host_state.isolate_on_smt_hosts() == "refuse":
+        return None
+    k = cols.cell_columns          # only the cell columns some host uses
+
+    def col(name):
+        return getattr(cols, name)[:, :k]
+    memory = _sure_memory(col, cols.ram_ratio[:, None], cell)
+    if memory is None:
+        return None
+    ok = (col("cell_memory_mb") >= 0) & memory
+    if wanted:
+        ok &= col("cell_free_pcpus") >= wanted
+        if policy == numa_topology.ISOLATE:
+            ok &= col("cell_free_cores") >= wanted
+        elif policy == numa_topology.REQUIRE:
+            ok &= col("cell_free_pair_cpus") >= wanted - reserve
+    if cell.cpuset:
+        ok &= col("cell_shared_room") >= len(cell.cpuset)
+    return ok
 
 
 class NUMATopologyFilter(BaseHostFilter):
@@ -128,39 +171,23 @@ class NUMATopologyFilter(BaseHostFilter):
         return refused
 
     def sure_passes(self, cols, spec):
-        """Hosts that certainly take a one-cell guest without PCI devices: some
-        host cell (of the first ``MAX_CELLS``) has the pinned CPUs its thread
-        policy needs, room for its shared CPUs, and its memory — in small pages
-        (free ones for pinned vCPUs, in all for shared) within the cell's memory
-        and RAM ratio (at most 1 for pinned vCPUs) when it asks no page size, or
-        in free pages of a size it allows."""
+        """Hosts that certainly take a guest without PCI devices: as many host
+        cells (of the first ``MAX_CELLS``) as the guest has cells, each certainly
+        taking every guest cell (``_sure_cells``), so that the guest cells go on
+        distinct ones whatever the pairing (one guest cell: some such host cell)."""
         guest = spec.numa_topology
-        if len(guest.cells) != 1 or spec.pci_requests:
+        if spec.pci_requests or not cols.cell_columns:
             return False
-        cell = guest.cells[0]
-        policy = cell.cpu_thread_policy
         reserve = 1 if guest.emulator_threads_isolated else 0
-        wanted = len(cell.pcpuset) + reserve
-        if policy == numa_topology.ISOLATE and wanted \
-                and host_state.isolate_on_smt_hosts() == "refuse":
-            return False
-        k = cols.cell_columns          # only the cell columns some host uses
-
-        def col(name):
-            return getattr(cols, name)[:, :k]
-        memory = _sure_memory(col, cols.ram_ratio[:, None], cell)
-        if memory is None or not k:
-            return False
-        ok = (col("cell_memory_mb") >= 0) & memory
-        if wanted:
-            ok &= col("cell_free_pcpus") >= wanted
-            if policy == numa_topology.ISOLATE:
-                ok &= col("cell_free_cores") >= wanted
-            elif policy == numa_topology.REQUIRE:
-                ok &= col("cell_free_pair_cpus") >= wanted - reserve
-        if cell.cpuset:
-            ok &= col("cell_shared_room") >= len(cell.cpuset)
-        return cols.has_numa & ok.any(axis=1)
+        every = None
+        for index, cell in enumerate(guest.cells):
+            ok = _sure_cells(cols, cell, reserve if index == 0 else 0)
+            if ok is None:
+                return False
+            every = ok if every is None else np.logical_and(every, ok, out=every)
+        if len(guest.cells) == 1:
+            return cols.has_numa & every.any(axis=1)
+        return cols.has_numa & (np.count_nonzero(every, axis=1) >= len(guest.cells))
 
     def host_passes(self, host, spec) -> str | None:
         return host.numa_reason(spec)

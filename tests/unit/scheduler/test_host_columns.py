@@ -162,3 +162,77 @@ def test_resource_refusals_are_the_rule_whatever_the_shortcut():
         for amount in (1, 2, 3, 4, 8, 40):
             want = ~cols.admits(amount, None if ratio is None else ratio[:, None]).any(axis=1)
             assert cols.refused(amount, ratio).tolist() == want.tolist(), (n, k, amount)
+
+
+def _same_numbers(a, b) -> bool:
+    import numpy as np
+
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+def test_one_row_shows_what_columns_of_that_host_alone_show():
+    """``one_row(i)`` (a recheck's view of a current row) reads what new
+    columns of host ``i`` alone hold: every field, class code, trait, aggregate
+    value and resource slot (the view may have more provider or cell columns,
+    absent ones), also after rows were rewritten."""
+    from numa.topology import HostTopology
+    from scheduler.host_columns import BOOL_FIELDS, CELL_FIELDS, FLOAT_FIELDS
+    from tests.unit.numa.factories import host_cell, smt_cell
+
+    rng = random.Random(7)
+    agg = fakes.aggregate({"ram_weight_multiplier": "2.5"})
+    hosts = []
+    for i in range(12):
+        topology = None
+        if i % 3 == 0:
+            topology = HostTopology(cells=(smt_cell(cores=4),))
+        elif i % 3 == 1:
+            topology = HostTopology(cells=(host_cell(pcpuset=range(4)),
+                                           host_cell(id=1, pcpuset=range(4, 8))))
+        providers = ({"inventories": {"VGPU": {"total": 4}}, "used": {"VGPU": 1}},) \
+            if i % 4 == 0 else ()
+        hosts.append(fakes.fake_host(f"h{i}", numa_topology=topology, providers=providers,
+                                     vcpus_used=rng.randint(0, 8),
+                                     aggregates=[agg] if i % 2 else [],
+                                     traits=("HW_CPU_X86_AVX2",) if i % 5 else ()))
+    cols = HostColumns(hosts)
+    cols.classes.register("zone", lambda h: h.availability_zone)
+    cols.class_codes("zone")
+    cols.trait_rows("HW_CPU_X86_AVX2")
+    cols.aggregate_min("ram_weight_multiplier")
+
+    def check():
+        for i, hs in enumerate(cols.hosts):
+            view, alone = cols.one_row(i), HostColumns([hs], cols.classes)
+            assert view.n == 1 and view.hosts == [hs]
+            for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS:
+                assert _same_numbers(getattr(view, name), getattr(alone, name)), (i, name)
+            assert view.class_codes("zone").tolist() == alone.class_codes("zone").tolist()
+            assert view.trait_rows("HW_CPU_X86_AVX2").tolist() == \
+                alone.trait_rows("HW_CPU_X86_AVX2").tolist()
+            for got, want in zip(view.aggregate_min("ram_weight_multiplier"),
+                                 alone.aggregate_min("ram_weight_multiplier"), strict=True):
+                assert got.tolist() == want.tolist(), i
+            assert set(alone.resource_classes()) <= set(view.resource_classes())
+            for rc in view.resource_classes():
+                got, want = view.resources(rc).data, alone.resources(rc).data
+                k = want.shape[2]
+                assert _same_numbers(got[:, :, :k], want), (i, rc)
+                absent = _absent_slots(got.shape[2] - k)
+                assert _same_numbers(got[:, :, k:], absent), (i, rc)
+            assert view.free_ram.tolist() == alone.free_ram.tolist()
+
+    check()
+    for i in rng.sample(range(len(hosts)), 5):
+        old = cols.hosts[i]
+        fresh = fakes.fake_host(old.host, numa_topology=old.numa_topology,
+                                vcpus_used=rng.randint(0, 8), aggregates=[agg])
+        cols.update(i, fresh)
+    check()
+
+
+def _absent_slots(k: int):
+    """The data of ``k`` absent provider slots of one row."""
+    from scheduler.host_columns import ResourceColumns
+
+    return ResourceColumns.absent(1, k).data

@@ -451,8 +451,9 @@ def _edge_host(rng, i):
 
 def test_the_numa_shortcuts_at_their_edges(conf):
     """Requests sized to each host cell's exact free pCPUs, whole cores, sibling
-    pairs, shared room, small pages and memory room (and one more): the screen
-    refuses and sure_passes passes only hosts the check agrees with."""
+    pairs, shared room, small pages and memory room (and one more), with one
+    guest cell and with two: the screen refuses and sure_passes passes only
+    hosts the check agrees with."""
     from scheduler.filters.numa_topology import NUMATopologyFilter
 
     rng = random.Random(3)
@@ -498,13 +499,31 @@ def test_the_numa_shortcuts_at_their_edges(conf):
                     for extra in ({"hw:cpu_policy": "dedicated"}, {"hw:numa_nodes": "1"}):
                         reqs.append({"vcpus": 1, "memory_mb": mem, "extra_specs": {
                             "hw:mem_page_size": page, **extra}})
-    sure = 0
+    # two guest cells, each on a host cell of its own, at the same edges
+    two = {"hw:numa_nodes": "2"}
+    for n in sorted(sizes):
+        for vcpus in (2 * n, 2 * n + 2):
+            for extra in ({}, {"hw:cpu_policy": "dedicated"},
+                          {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate",
+                           "hw:emulator_threads_policy": "isolate"},
+                          {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"}):
+                reqs.append({"vcpus": vcpus, "memory_mb": 2048,
+                             "extra_specs": {**two, **extra}})
+    for m in sorted(memories):
+        for mem in (2 * m, 2 * m + 2, 2 * m + 6):
+            for extra in ({}, {"hw:cpu_policy": "dedicated"},
+                          {"hw:mem_page_size": "large"}, {"hw:mem_page_size": "any"}):
+                reqs.append({"vcpus": 2, "memory_mb": mem, "extra_specs": {**two, **extra}})
+    sure = sure_two = 0
     for flavor in reqs:
         try:
             spec = fakes.fake_spec(flavor={"root_gb": 1, **flavor})
         except exception.InvalidRequest:
             continue            # e.g. memory not a whole number of the pages asked
         req = testing.request(spec)
-        sure += int(np.sum(flt.sure_passes(cols, flt.prepare(req))))
+        passed = int(np.sum(flt.sure_passes(cols, flt.prepare(req))))
+        sure += passed
+        if len(spec.numa_topology.cells) == 2:
+            sure_two += passed
         testing.check_filter(flt, hosts, [req])
-    assert sure > 0
+    assert sure > 0 and sure_two > 0
