@@ -50,6 +50,14 @@ _UNSET = object()
 CONFIRM_MODES = ("auto", "sync", "manual", "none")
 
 
+def _older_scheduler(error: BaseException) -> bool:
+    """Whether ``error`` is a scheduler's refusal of the call's API version."""
+    from scheduler import exception
+
+    return isinstance(error, exception.InvalidRequest) \
+        and getattr(error, "kwargs", {}).get("field") == "version"
+
+
 def _confirm_answer(reply) -> dict | None:
     """The answer to the confirm a select carried (None: not confirmed)."""
     answer = reply.get("confirmed") if isinstance(reply, dict) else None
@@ -90,6 +98,7 @@ class SchedulerAPI:
         self._on_claim_lost = on_claim_lost
         self._confirmer: confirmer.BackgroundConfirmer | None = None
         self._confirmer_lock = threading.Lock()
+        self._carry = True      # selects carry confirms (RPC API 1.4) while the daemon takes them
         self._own_transport = transport is None
         self.transport = transport or rpc.get_transport(conf)
         self.timeout = timeout
@@ -293,9 +302,19 @@ class SchedulerAPI:
                                 "(%d of %d)",
                                 instance_uuids or request_spec["instance_uuids"],
                                 attempt + 1, retries)
-        except BaseException:
+        except BaseException as e:
             if riding:
                 self._confirmer.put_back(riding)    # the thread confirms them
+                if _older_scheduler(e):
+                    # refused before anything was done: the same select without
+                    # them, and no select carries confirms from this client again
+                    self._carry = False
+                    LOG.warning("The scheduler does not serve RPC API 1.4: confirms go "
+                                "in calls of their own. Set [scheduler] rpc_version_cap "
+                                "to the oldest scheduler's version while upgrading.")
+                    return self.select_destinations(
+                        ctxt, request_spec, instance_uuids, return_alternates, dry_run,
+                        confirm, allow_preemption)
             raise
         if riding:
             self._confirmer.ridden(riding, _confirm_answer(placements))
@@ -310,7 +329,8 @@ class SchedulerAPI:
     def _riders(self, ctxt) -> list:
         """The background confirmer's queued placements of ``ctxt``'s caller, for
         this select to carry (``confirm_instances``, RPC API 1.4)."""
-        if self._confirmer is None or not self.client.can_send_version("1.4"):
+        if self._confirmer is None or not self._carry \
+                or not self.client.can_send_version("1.4"):
             return []
         return self._confirmer.take(ctxt)
 

@@ -397,3 +397,27 @@ def test_a_malformed_confirm_instances_is_refused_and_changes_nothing(any_db, da
         cctxt.call({}, "select_destinations", request_spec=ONE, pending=True,
                    confirm_instances=[first[0], "not-a-uuid"])
     assert rows(any_db) == {first[0]: True}
+
+
+def test_a_scheduler_older_than_1_4_gets_the_select_without_the_confirms(
+        any_db, sched, scheduler_options, monkeypatch, caplog):
+    """A client upgraded before its scheduler (no rpc_version_cap set): the
+    first select that carries confirms is refused for its version before
+    anything is done; it is sent again without them, once, and the client
+    confirms in calls of their own from then on."""
+    from scheduler.endpoints import topics
+    from scheduler.manager import SchedulerManager
+
+    for owner in (SchedulerManager, topics.TopicEndpoint, topics.UnknownMethods):
+        monkeypatch.setattr(owner, "target", topics._Target(version="1.3"))
+    scheduler_options(confirm_batch_delay=0.3)
+    with serving(any_db, sched) as (_, api):
+        first = placed(api)
+        time.sleep(0.35)
+        second = placed(api)            # would carry `first`: refused, sent again
+        third = placed(api)
+        api.wait_confirmed(first + second + third, timeout=10)
+        assert rows(any_db) == dict.fromkeys(first + second + third, False)
+        assert api._carry is False and api._confirmer.calls >= 1
+        assert caplog.text.count("does not serve RPC API 1.4") == 1
+        api.close()
