@@ -80,6 +80,10 @@ class PlacementEndpoint:
             project = scoping.claims_project(self.policy, ctxt, "confirm")
         except exception.BerthError:
             return None
+        return self._confirmed(uuids, project)
+
+    def _confirmed(self, uuids: list[str], project) -> dict:
+        """Confirm ``uuids`` as a caller scoped to ``project``: ``confirm``'s answer."""
         confirmed, unknown = self.scheduler.confirm(uuids, project=project)
         return {"confirmed": confirmed, "unknown": unknown}
 
@@ -115,8 +119,7 @@ class PlacementEndpoint:
         # another project's claim counts as held by nobody (as ``_scope`` makes
         # it), decided in the confirm's own transaction
         project = scoping.claims_project(self.policy, ctxt, "confirm")
-        confirmed, unknown = self.scheduler.confirm(uuids, project=project)
-        return {"confirmed": confirmed, "unknown": unknown}
+        return self._confirmed(uuids, project)
 
     @rpc_method
     def reschedule(self, ctxt, instance_uuid, failed_host, pending=False) -> list[dict]:
