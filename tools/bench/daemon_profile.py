@@ -63,6 +63,7 @@ def client_main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--confirm", default="auto")
     p.add_argument("--call", choices=("select", "ping"), default="select")
+    p.add_argument("--cprofile", help="write the window's cProfile stats here")
     args = p.parse_args(argv)
     from oslo_config import cfg
 
@@ -76,7 +77,13 @@ def client_main(argv: list[str]) -> int:
     api.ping()                                          # connections made before the window
     time.sleep(max(0.0, args.start_at - time.time()))
     cpu0 = _own_cpu()
+    threads0 = _thread_cpu()
     latencies, uuids, errors = [], [], 0
+    profiler = None
+    if args.cprofile:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
     deadline = time.perf_counter() + args.seconds
     while time.perf_counter() < deadline:
         t0 = time.perf_counter()
@@ -91,14 +98,31 @@ def client_main(argv: list[str]) -> int:
             continue
         latencies.append(time.perf_counter() - t0)
     ended = time.time()
+    threads = _thread_cpu()
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.cprofile)
     api.close()                 # confirm="auto": sends the confirms still queued
     confirmer = api._confirmer
     lost = sum(confirmer.state(u) == "lost" for u in uuids) if confirmer else 0
     out = {"latencies": latencies, "uuids": uuids, "errors": errors,
            "cpu_s": _own_cpu() - cpu0, "ended": ended,
-           "confirm_calls": confirmer.calls if confirmer else 0, "lost": lost}
+           "confirm_calls": confirmer.calls if confirmer else 0, "lost": lost,
+           "threads": {name: cpu - threads0.get(name, 0.0) for name, cpu in threads.items()}}
     print(json.dumps(out))
     return 0
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads by name (the window's split)."""
+    import threading
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = collections.defaultdict(float)
+    for tid in os.listdir("/proc/self/task"):
+        name = names.get(int(tid), "(not a Python thread)")
+        name = re.sub(r"[-_ ]?\d+$", "", name)         # Thread-3 -> Thread
+        out[name] += _proc_cpu(int(tid), "/proc/self/task/{}/stat")
+    return dict(out)
 
 
 def _own_cpu() -> float:
@@ -108,10 +132,10 @@ def _own_cpu() -> float:
 
 # -- the driver --------------------------------------------------------------------------
 
-def _proc_cpu(pid: int) -> float:
+def _proc_cpu(pid: int, path: str = "/proc/{}/stat") -> float:
     """utime + stime of ``pid`` (all its threads), seconds; 0 when gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path.format(pid)) as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK
     except OSError:
@@ -189,15 +213,19 @@ def _scrape(port: int) -> dict[tuple[str, str], float]:
 
 def run_clients(topic: str, transport_url: str, clients: int, seconds: float,
                 confirm: str, daemon_pids: list[int], py_spy: str | None,
-                profile_path: str | None, call: str = "select") -> dict[str, Any]:
+                profile_path: str | None, call: str = "select",
+                cprofile_dir: str | None = None) -> dict[str, Any]:
     """One measured run; the placements are released afterwards (outside it).
-    ``call`` ping: bare calls (the RPC path without Berth's work)."""
+    ``call`` ping: bare calls (the RPC path without Berth's work).
+    ``cprofile_dir``: each client writes its window's cProfile stats there."""
     start_at = time.time() + 3.0 + clients * 0.3
     procs = [subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "client", "--topic", topic,
          "--transport-url", transport_url, "--start-at", repr(start_at),
-         "--seconds", repr(seconds), "--confirm", confirm, "--call", call],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for _ in range(clients)]
+         "--seconds", repr(seconds), "--confirm", confirm, "--call", call]
+        + (["--cprofile", os.path.join(cprofile_dir, f"client-{call}-{confirm}-{i}.prof")]
+           if cprofile_dir else []),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for i in range(clients)]
     broker, database = _listening(BROKER_PORT), _listening(DATABASE_PORT)
     time.sleep(max(0.0, start_at - time.time()))
     spy = None
@@ -233,7 +261,15 @@ def run_clients(topic: str, transport_url: str, clients: int, seconds: float,
             "server_waited": (after[4] - before[4]) / (after[3] - before[3]),
             "confirm_calls": sum(r.get("confirm_calls", 0) for r in results),
             "lost": sum(r.get("lost", 0) for r in results),
+            "threads": _summed_threads(r.get("threads", {}) for r in results),
             "uuids": uuids}
+
+
+def _summed_threads(splits) -> dict[str, float]:
+    total: dict[str, float] = collections.Counter()
+    for split in splits:
+        total.update(split)
+    return dict(total)
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -476,6 +512,9 @@ def main(argv: list[str]) -> int:
                    help="also measure bare ping calls (the RPC path alone)")
     p.add_argument("--metrics", action="store_true",
                    help="serve the daemon's metrics and report its select phases")
+    p.add_argument("--client-cprofile", action="store_true",
+                   help="profile the client processes (cProfile: slower clients; read "
+                        "the shares, not the rates) and list their costliest functions")
     p.add_argument("--workdir")
     args = p.parse_args(argv)
 
@@ -516,10 +555,12 @@ def main(argv: list[str]) -> int:
                 api.release(None, api.select_destinations(None, PLAIN)[0][0]["instance_uuid"])
             for clients in (int(c) for c in args.clients.split(",")) if args.ping else ():
                 load = os.getloadavg()[0]
+                cdir = _cprofile_dir(workdir, args.client_cprofile, f"ping-c{clients}")
                 run = run_clients(daemon.topic, TRANSPORT_URL, clients, args.seconds,
-                                  "none", pids, None, None, call="ping")
+                                  "none", pids, None, None, call="ping", cprofile_dir=cdir)
                 ping_p50[clients] = run["p50_ms"]
                 _print_run(run, load)
+                _print_client_profile(cdir, run["placed"], args.top)
             for confirm in args.confirm.split(","):
                 for clients in (int(c) for c in args.clients.split(",")):
                     profiled = args.py_spy and str(clients) in args.profile_clients.split(",")
@@ -527,8 +568,11 @@ def main(argv: list[str]) -> int:
                         if profiled else None
                     before = _scrape(port) if port else None
                     load = os.getloadavg()[0]
+                    cdir = _cprofile_dir(workdir, args.client_cprofile,
+                                         f"select-c{clients}-{confirm}")
                     run = run_clients(daemon.topic, TRANSPORT_URL, clients, args.seconds,
-                                      confirm, pids, args.py_spy if profiled else None, path)
+                                      confirm, pids, args.py_spy if profiled else None, path,
+                                      cprofile_dir=cdir)
                     after = _scrape(port) if port else None
                     with concurrent.futures.ThreadPoolExecutor(8) as pool:
                         list(pool.map(lambda u: api.release(None, u), run.pop("uuids")))
@@ -545,6 +589,7 @@ def main(argv: list[str]) -> int:
                               flush=True)
                     if before is not None:
                         _print_phases(before, after)
+                    _print_client_profile(cdir, run["placed"], args.top)
                     if path and os.path.exists(path):
                         counts, frames, idle = read_profile(path)
                         busy = sum(counts.values())
@@ -570,10 +615,43 @@ def _print_run(run: dict[str, Any], load: float) -> None:
           f"{run['server_waited'] * 100:.0f}%), broker {run['broker_cpu_ms']:.2f} ms, "
           f"MariaDB {run['db_cpu_ms']:.2f} ms, clients {run['client_cpu_ms']:.2f} ms",
           flush=True)
+    per = max(run["placed"], 1)
+    if run.get("threads"):
+        print("   clients' CPU by thread, ms per call: " + ", ".join(
+            f"{name} {cpu * 1000 / per:.2f}" for name, cpu in
+            sorted(run["threads"].items(), key=lambda kv: -kv[1])), flush=True)
     if run["confirm_calls"]:
         print(f"   background confirms: {run['confirm_calls']} calls for {run['placed']} "
               f"placements ({run['confirm_calls'] / max(run['placed'], 1):.2f} per "
               f"placement), {run['lost']} lost", flush=True)
+
+
+def _cprofile_dir(workdir: str, wanted: bool, name: str) -> str | None:
+    if not wanted:
+        return None
+    path = os.path.join(workdir, f"cprofile-{name}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _print_client_profile(cdir: str | None, calls: int, top: int) -> None:
+    """The clients' cProfile stats merged: own time per call of the costliest
+    functions (cProfile's overhead included: read them as shares)."""
+    if not cdir:
+        return
+    import pstats
+    files = [os.path.join(cdir, f) for f in sorted(os.listdir(cdir))]
+    if not files:
+        return
+    stats = pstats.Stats(*files)
+    total = stats.total_tt
+    print(f"   clients' cProfile: {total * 1000 / max(calls, 1):.2f} ms per call in all "
+          f"(profiled); own time of the costliest functions, us per call:", flush=True)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    for (path, line, func), (_cc, ncalls, tt, ct, _callers) in rows:
+        where = "/".join(path.split("/")[-2:])
+        print(f"   {tt * 1e6 / max(calls, 1):8.1f}  {ncalls / max(calls, 1):6.1f}x  "
+              f"cum {ct * 1e6 / max(calls, 1):8.1f}  {func} ({where}:{line})", flush=True)
 
 
 def _print_phases(before: dict, after: dict) -> None:
