@@ -49,7 +49,9 @@ from oslo_log import log as logging
 from oslo_messaging import transport as msg_transport
 from oslo_messaging._drivers import amqp as rpc_amqp
 from oslo_messaging._drivers import amqpdriver, impl_rabbit
+from oslo_messaging._drivers import base as driver_base
 from oslo_messaging._drivers import common as rpc_common
+from oslo_utils import timeutils
 
 LOG = logging.getLogger(__name__)
 
@@ -229,9 +231,9 @@ class BerthConnection(impl_rabbit.Connection):
         return new
 
 
-#: Seconds a client's reply thread waits in one read of its reply queue. A reply
-#: ends the wait as soon as it arrives, so this bounds only how long closing the
-#: transport waits for the thread.
+#: Seconds a client's reply thread, or a server's listener, waits in one read of
+#: its queues. A message ends the wait as soon as it arrives, so this bounds only
+#: how long stopping waits for the read.
 REPLY_POLL_SECONDS = 0.2
 
 
@@ -258,6 +260,37 @@ class ReplyWaiter(amqpdriver.ReplyWaiter):
                 LOG.exception("Reading the reply queue failed; reading again")
 
 
+class RpcListener(amqpdriver.RpcAMQPListener):
+    """A server's listener, reading its queues in waits of
+    :data:`REPLY_POLL_SECONDS` (oslo.messaging's reads with 1, 2, 4, ... ms
+    after each message, as its reply thread does: between requests 5 ms
+    apart, two or three empty reads per request, 8 % of a worker's CPU at 16
+    clients, measured). An RPC listener acknowledges each request as it reads
+    it, so the short reads served no acknowledgement either."""
+
+    @driver_base.batch_poll_helper
+    def poll(self, timeout=None):
+        watch = timeutils.StopWatch(duration=timeout).start()
+        while not self._shutdown.is_set():
+            self._message_operations_handler.process()
+            if self.incoming:
+                return self.incoming.pop(0)
+            left = watch.leftover(return_none=True)
+            wait = REPLY_POLL_SECONDS if left is None else min(left, REPLY_POLL_SECONDS)
+            if wait <= 0:
+                return None
+            try:
+                self.conn.consume(timeout=wait)
+            except rpc_common.Timeout:
+                pass
+        # stopped: hand over what was read meanwhile, then let stop() return
+        self._message_operations_handler.process()
+        if self.incoming:
+            return self.incoming.pop(0)
+        self._shutoff.set()
+        return None
+
+
 class BerthRabbitDriver(impl_rabbit.RabbitDriver):
     """The rabbit driver with :class:`BerthConnection` and per-user reply queues."""
 
@@ -271,6 +304,18 @@ class BerthRabbitDriver(impl_rabbit.RabbitDriver):
 
     def _get_reply_queue_name(self) -> str:
         return self._reply_prefix + uuid.uuid4().hex
+
+    def listen(self, target, batch_size, batch_timeout):
+        """A server's consumers (the target's topic, its server's topic, its
+        fanout) read by one :class:`RpcListener`."""
+        conn = self._get_connection(rpc_common.PURPOSE_LISTEN)
+        listener = RpcListener(self, conn)
+        exchange = self._get_exchange(target)
+        for topic in (target.topic, f"{target.topic}.{target.server}"):
+            conn.declare_topic_consumer(exchange_name=exchange, topic=topic,
+                                        callback=listener)
+        conn.declare_fanout_consumer(target.topic, listener)
+        return driver_base.PollStyleListenerAdapter(listener, batch_size, batch_timeout)
 
     def _get_reply_q(self) -> str:
         """This transport's reply queue, made (with :class:`ReplyWaiter`
