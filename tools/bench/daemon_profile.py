@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -62,7 +63,7 @@ def client_main(argv: list[str]) -> int:
     p.add_argument("--start-at", type=float, required=True)
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--confirm", default="auto")
-    p.add_argument("--call", choices=("select", "ping"), default="select")
+    p.add_argument("--call", choices=("select", "ping", "bare"), default="select")
     p.add_argument("--cprofile", help="write the window's cProfile stats here")
     args = p.parse_args(argv)
     from oslo_config import cfg
@@ -74,7 +75,13 @@ def client_main(argv: list[str]) -> int:
     cfg.CONF.set_override("transport_url", args.transport_url)
     api = SchedulerAPI(cfg.CONF, topic=args.topic, timeout=120)
     ctxt = rpc.new_context()
-    api.ping()                                          # connections made before the window
+    if args.call == "bare":
+        import oslo_messaging
+        bare = oslo_messaging.get_rpc_client(
+            api.transport, oslo_messaging.Target(topic=args.topic, version="1.0"), timeout=120)
+        bare.call(ctxt, "noop")                         # connections made before the window
+    else:
+        api.ping()                                      # connections made before the window
     time.sleep(max(0.0, args.start_at - time.time()))
     cpu0 = _own_cpu()
     threads0 = _thread_cpu()
@@ -90,6 +97,8 @@ def client_main(argv: list[str]) -> int:
         try:
             if args.call == "ping":
                 api.ping()
+            elif args.call == "bare":
+                bare.call(ctxt, "noop")
             else:
                 sel = api.select_destinations(ctxt, PLAIN, confirm=args.confirm)
                 uuids.append(sel[0][0]["instance_uuid"])
@@ -128,6 +137,65 @@ def _thread_cpu() -> dict[str, float]:
 def _own_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+# -- the bare oslo.messaging server ---------------------------------------------------------
+
+class _Noop:
+    """The bare server's one method: nothing (the RPC path alone)."""
+
+    def noop(self, ctxt):
+        return None
+
+
+def bare_server_main(argv: list[str]) -> int:
+    """A plain oslo.messaging RPC server (eventlet executor, as the daemon runs,
+    Berth's rabbit driver) answering ``noop`` on ``--topic`` until SIGTERM: the
+    bare round trip, dispatched as any call is (the daemon answers ``ping`` as
+    soon as it reads it, ahead of its dispatcher: cheaper than a bare call)."""
+    import eventlet
+    eventlet.monkey_patch()
+    import signal
+
+    import oslo_messaging
+    from oslo_config import cfg
+
+    from scheduler import rpc
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--topic", required=True)
+    p.add_argument("--transport-url", required=True)
+    args = p.parse_args(argv)
+    cfg.CONF([], project="berth", default_config_files=[])
+    transport = rpc.get_transport(cfg.CONF, url=args.transport_url)
+    server = oslo_messaging.get_rpc_server(
+        transport, oslo_messaging.Target(topic=args.topic, server=socket.gethostname()),
+        [_Noop()], executor="eventlet")
+    server.start()
+    stopped = eventlet.event.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.send() if not stopped.ready() else None)
+    print("ready", flush=True)
+    stopped.wait()
+    server.stop()
+    server.wait()
+    transport.cleanup()
+    return 0
+
+
+@contextlib.contextmanager
+def bare_server(transport_url: str):
+    """(pid, topic) of a running bare server; stopped afterwards."""
+    topic = f"berth_bare_{uuidlib.uuid4().hex[:8]}"
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "bare-server",
+                             "--topic", topic, "--transport-url", transport_url],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the bare oslo.messaging server did not start")
+        yield proc.pid, topic
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 # -- the driver --------------------------------------------------------------------------
@@ -247,7 +315,8 @@ def run_clients(topic: str, transport_url: str, clients: int, seconds: float,
     uuids = [u for r in results for u in r["uuids"]]
     placed = len(latencies)
     wall = ended - start_at
-    return {"clients": clients, "confirm": confirm if call == "select" else "(ping)",
+    return {"clients": clients,
+            "confirm": confirm if call == "select" else f"({call})",
             "placed": placed,
             "errors": sum(r["errors"] for r in results), "wall_s": wall,
             "per_s": placed / wall if wall else 0.0,
@@ -494,6 +563,8 @@ def _print_split(split: dict[str, float], confirm: bool) -> None:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["client"]:
         return client_main(argv[1:])
+    if argv[:1] == ["bare-server"]:
+        return bare_server_main(argv[1:])
     p = argparse.ArgumentParser(prog="daemon_profile", description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=10000)
     p.add_argument("--seed", type=int, default=42)
@@ -509,7 +580,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--inprocess", type=int, default=0, metavar="N",
                    help="also time N placements through the endpoint in-process")
     p.add_argument("--ping", action="store_true",
-                   help="also measure bare ping calls (the RPC path alone)")
+                   help="also measure ping calls (answered by the daemon as soon as read) "
+                        "and bare oslo.messaging calls (a no-op method of a plain "
+                        "oslo.messaging server, dispatched as any call)")
     p.add_argument("--metrics", action="store_true",
                    help="serve the daemon's metrics and report its select phases")
     p.add_argument("--client-cprofile", action="store_true",
@@ -561,6 +634,11 @@ def main(argv: list[str]) -> int:
                 ping_p50[clients] = run["p50_ms"]
                 _print_run(run, load)
                 _print_client_profile(cdir, run["placed"], args.top)
+                with bare_server(TRANSPORT_URL) as (bare_pid, bare_topic):
+                    load = os.getloadavg()[0]
+                    run = run_clients(bare_topic, TRANSPORT_URL, clients, args.seconds,
+                                      "none", [bare_pid], None, None, call="bare")
+                    _print_run(run, load)
             for confirm in args.confirm.split(","):
                 for clients in (int(c) for c in args.clients.split(",")):
                     profiled = args.py_spy and str(clients) in args.profile_clients.split(",")
@@ -610,7 +688,8 @@ def _print_run(run: dict[str, Any], load: float) -> None:
           f"{run['placed']} calls in {run['wall_s']:.1f} s ({run['errors']} errors), "
           f"load {load:.1f}: {run['per_s']:.1f}/s, p50 {run['p50_ms']:.1f} ms, "
           f"p99 {run['p99_ms']:.1f} ms", flush=True)
-    print(f"   CPU per placement: daemon {run['server_cpu_ms']:.2f} ms (on a CPU "
+    server = "bare server" if run["confirm"] == "(bare)" else "daemon"
+    print(f"   CPU per placement: {server} {run['server_cpu_ms']:.2f} ms (on a CPU "
           f"{run['server_busy'] * 100:.0f}% of the time, waiting for one "
           f"{run['server_waited'] * 100:.0f}%), broker {run['broker_cpu_ms']:.2f} ms, "
           f"MariaDB {run['db_cpu_ms']:.2f} ms, clients {run['client_cpu_ms']:.2f} ms",
