@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import itertools
 import json
 
 import sqlalchemy as sa
@@ -26,6 +27,7 @@ from oslo_db import exception as db_exc
 
 from db import inventory, models, node_changes, preemption, transitions
 from db.api import Database, retry_on_deadlock
+from db.precompiled import Precompiled
 
 _cn = models.ComputeNode.__table__
 _alloc = models.Consumer.__table__          # one row per consumer (instance) on a node
@@ -155,8 +157,9 @@ def _node_update(with_numa: bool, sign: int):
     return sa.update(_cn).where(*where).values(**values)
 
 
-_CLAIM = _node_update(with_numa=False, sign=+1)
-_CLAIM_WITH_NUMA = _node_update(with_numa=True, sign=+1)
+_CLAIM = Precompiled(_node_update(with_numa=False, sign=+1), ("b_id", "b_seen", "b_now"))
+_CLAIM_WITH_NUMA = Precompiled(_node_update(with_numa=True, sign=+1),
+                               ("b_id", "b_seen", "b_now", "b_numa"))
 
 
 def _slot(k: int):
@@ -210,10 +213,20 @@ def _item_params(items: tuple[Item, ...]) -> dict:
     return params
 
 
+@functools.lru_cache(maxsize=32)
+def _take_precompiled(n: int) -> Precompiled:
+    """``_take_statement(n)`` with its values as the items' (provider, class,
+    amount) one after the other."""
+    return Precompiled(_take_statement(n),
+                       itertools.chain.from_iterable((f"b_p{k}", f"b_rc{k}", f"b_n{k}")
+                                                     for k in range(n)))
+
+
 def _take(conn, items: tuple[Item, ...]) -> int:
     """One UPDATE adding every item to its inventory, where the rule admits it:
     returns the number of items taken."""
-    return conn.execute(_take_statement(len(items)), _item_params(items)).rowcount
+    return _take_precompiled(len(items)).execute(
+        conn, tuple(itertools.chain.from_iterable(items))).rowcount
 
 
 def _give_back(conn, items: tuple[Item, ...]) -> None:
@@ -221,13 +234,20 @@ def _give_back(conn, items: tuple[Item, ...]) -> None:
     conn.execute(_give_back_statement(len(items)), _item_params(items))
 
 
-_INSERT_CONSUMER = sa.insert(_alloc)
-_INSERT_ITEMS = sa.insert(_items)
-_INSERT_SPEC = sa.insert(_specs)
+#: The consumer's row as a claim writes it (every column but the preemption's).
+_INSERT_CONSUMER = Precompiled(sa.insert(_alloc), (
+    "uuid", "consumer_type", "instance_uuid", "compute_node_id", "numa_cells",
+    "pci_devices", "project_id", "user_id", "instance_group", "request_spec_id",
+    "request_spec", "pending", "created_at", "move_id", "move_state", "priority",
+    "preemptible"))
+_INSERT_ITEMS = Precompiled(sa.insert(_items),
+                            ("consumer_id", "provider_id", "resource_class", "amount"),
+                            many=True)
+_INSERT_SPEC = Precompiled(sa.insert(_specs), ("spec", "created_at"))
 #: Share-locked: a release that would delete the spec as orphaned (its last
 #: allocation gone) waits until this claim's allocation refers to it.
-_SPEC_EXISTS = (sa.select(_specs.c.id).where(_specs.c.id == sa.bindparam("b_spec"))
-                .with_for_update(read=True))
+_SPEC_EXISTS = Precompiled(sa.select(_specs.c.id).where(_specs.c.id == sa.bindparam("b_spec"))
+                           .with_for_update(read=True), ("b_spec",))
 _DELETE_ORPHAN_SPEC = sa.delete(_specs).where(
     _specs.c.id == sa.bindparam("b_spec"),
     ~sa.exists().where(_alloc.c.request_spec_id == _specs.c.id))
@@ -278,13 +298,11 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 pools = db_pci.pools_for_nodes(conn, [rec.node_id]).get(rec.node_id, ())
             spec_id = rec.request_spec_id
             own_spec = None
-            if spec_id is not None and conn.execute(
-                    _SPEC_EXISTS, {"b_spec": spec_id}).scalar() is None:
+            if spec_id is not None and _SPEC_EXISTS.execute(conn, (spec_id,)).scalar() is None:
                 spec_id = None      # its allocations were all released meanwhile
             if spec_id is None and rec.request_spec is not None:
                 if rec.share_spec:
-                    spec_id = conn.execute(_INSERT_SPEC, {
-                        "spec": rec.request_spec, "created_at": now}).inserted_primary_key[0]
+                    spec_id = _INSERT_SPEC.execute(conn, (rec.request_spec, now)).lastrowid
                 else:
                     # a request of one instance: nothing to share, and a
                     # statement less in its claim and in its release
@@ -297,12 +315,11 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                 # Before the node's UPDATE (a conflict there rolls it back): the
                 # other schedulers apply it instead of reading the node again.
                 _journal_claim(conn, rec, now, pools)
-            params = {"b_id": rec.node_id, "b_seen": rec.seen_generation, "b_now": now}
             if rec.numa_topology is not None:
-                params["b_numa"] = rec.numa_topology
-                res = conn.execute(_CLAIM_WITH_NUMA, params)
+                res = _CLAIM_WITH_NUMA.execute(conn, (rec.node_id, rec.seen_generation, now,
+                                                      rec.numa_topology))
             else:
-                res = conn.execute(_CLAIM, params)
+                res = _CLAIM.execute(conn, (rec.node_id, rec.seen_generation, now))
             if res.rowcount != 1:
                 raise ClaimConflict(f"node {rec.node_id} changed")
             if rec.victims is not None:
@@ -311,24 +328,18 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
             # After the node's UPDATE: the foreign key checks of these INSERTs
             # take shared locks on the node row, and two claims holding it, each
             # waiting to upgrade it for its UPDATE, deadlock.
-            consumer_id = conn.execute(_INSERT_CONSUMER, {
-                "uuid": rec.instance_uuid, "consumer_type": rec.consumer_type,
-                "instance_uuid": rec.owner_uuid or rec.instance_uuid,
-                "compute_node_id": rec.node_id,
-                "numa_cells": rec.numa_cells,
-                "pci_devices": json.dumps(list(addresses)) if addresses else None,
-                "project_id": rec.project_id, "user_id": rec.user_id,
-                "instance_group": rec.instance_group, "request_spec_id": spec_id,
-                "request_spec": own_spec,
-                "pending": rec.pending, "created_at": now,
-                "move_id": rec.move_from.holder if rec.move_from else None,
-                "move_state": "moving" if rec.move_from else None,
-                "priority": rec.priority, "preemptible": rec.preemptible,
-                }).inserted_primary_key[0]
+            consumer_id = _INSERT_CONSUMER.execute(conn, (
+                rec.instance_uuid, rec.consumer_type, rec.owner_uuid or rec.instance_uuid,
+                rec.node_id, rec.numa_cells,
+                json.dumps(list(addresses)) if addresses else None,
+                rec.project_id, rec.user_id, rec.instance_group, spec_id, own_spec,
+                rec.pending, now,
+                rec.move_from.holder if rec.move_from else None,
+                "moving" if rec.move_from else None,
+                rec.priority, rec.preemptible)).lastrowid
             if rec.items:
-                conn.execute(_INSERT_ITEMS, [
-                    {"consumer_id": consumer_id, "provider_id": p, "resource_class": rc,
-                     "amount": n} for p, rc, n in rec.items])
+                _INSERT_ITEMS.executemany(conn, [(consumer_id, p, rc, n)
+                                                 for p, rc, n in rec.items])
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from db import models
 from db.api import Database
+from db.precompiled import Precompiled
 
 _t = models.NodeChange.__table__
 
@@ -118,12 +119,11 @@ def record_release(conn, *, node_id: int, generation: int, at: datetime.datetime
     _insert(conn, node_id, generation, at, change)
 
 
-_INSERT = sa.insert(_t)
+_INSERT = Precompiled(sa.insert(_t), ("compute_node_id", "generation", "at", "change"))
 
 
 def _insert(conn, node_id: int, generation: int, at: datetime.datetime, change: dict) -> None:
-    conn.execute(_INSERT, {"compute_node_id": node_id, "generation": generation, "at": at,
-                           "change": json.dumps(change, separators=(",", ":"))})
+    _INSERT.execute(conn, (node_id, generation, at, json.dumps(change, separators=(",", ":"))))
 
 
 def decode(node_id: int, generation: int, at: datetime.datetime, text: str) -> Change:

@@ -176,9 +176,9 @@ def test_a_release_does_not_delete_the_spec_a_claim_is_using(mariadb_db, monkeyp
         def __getattr__(self, name):
             return getattr(self._conn, name)
 
-        def execute(self, stmt, *args, **kwargs):
-            result = self._conn.execute(stmt, *args, **kwargs)
-            if stmt is claims._SPEC_EXISTS and not releaser.is_alive():
+        def exec_driver_sql(self, sql, *args, **kwargs):
+            result = self._conn.exec_driver_sql(sql, *args, **kwargs)
+            if sql == claims._SPEC_EXISTS.sql(self._conn.dialect) and not releaser.is_alive():
                 releaser.start()
                 releaser.join(1.0)
             return result

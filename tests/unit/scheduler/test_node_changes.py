@@ -325,7 +325,7 @@ def test_a_worker_that_writes_no_journal_is_read_again_by_the_others(
     placed = [a.select_destinations(a.parse_request(flavor))[0][0] for _ in range(3)]
     a.release(placed[0].instance_uuid)
     with sqlite_db.reader_connection() as conn:
-        assert conn.execute(node_changes._INSERT.table.select()).first() is None
+        assert conn.execute(node_changes._t.select()).first() is None
     b.host_manager.host_states()
     _assert_equal(b.host_manager, HostManager(sqlite_db, conf, load_pci_pools=True,
                                               load_instance_images=True))
