@@ -29,6 +29,7 @@ deadline stops there, and a long one lets the other requests of its worker run.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
@@ -124,18 +125,23 @@ class Verdicts:
     """One step's answers for one instance of a request: per row ``UNKNOWN``,
     ``PASS`` or ``k`` for ``reasons[k - 1]``."""
 
-    __slots__ = ("step", "state", "codes", "answers", "classed")
+    __slots__ = ("step", "state", "codes", "answers", "classed", "refused_any", "fresh")
 
     def __init__(self, step: Step, state: Any, n: int, answers: ClassAnswers,
-                 classed: str | None, codes: np.ndarray | None = None) -> None:
+                 classed: str | None, codes: np.ndarray | None = None,
+                 refused_any: bool = True) -> None:
         self.step = step
         self.state = state
+        #: True while no row has an answer (every code UNKNOWN).
+        self.fresh = codes is None
         if codes is None:
             codes = np.empty(n, dtype=np.int32)
             codes.fill(UNKNOWN)
         self.codes = codes
         self.answers = answers
         self.classed = classed
+        #: False when every row is known to pass (a vector filter refusing none).
+        self.refused_any = refused_any
 
     @property
     def reasons(self) -> list[str]:
@@ -216,7 +222,8 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
         else:
             np.copyto(codes, code, where=refused & (codes == PASS))
     if codes is None:
-        codes = np.zeros(n, dtype=np.int32)
+        return Verdicts(step, state, n, answers, classed=None,
+                        codes=np.zeros(n, dtype=np.int32), refused_any=False)
     return Verdicts(step, state, n, answers, classed=None, codes=codes)
 
 
@@ -234,6 +241,7 @@ def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray,
     """Fill in ``v``'s unknown answers among ``rows`` (per class, or per host);
     ``reasons``: the screened rows' too (to say why they fail). ``deadline``
     paces the loop (none: not paced, e.g. a one-host recheck under its lock)."""
+    v.fresh = False
     if not len(rows):
         return
     codes = v.codes[rows]
@@ -250,19 +258,35 @@ def ensure_answers(v: Verdicts, cols: HostColumns, rows: np.ndarray,
         v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
 
 
+def passing_rows(v: Verdicts, cols: HostColumns, rows: np.ndarray,
+                 deadline: Deadline | None = None) -> np.ndarray:
+    """The ``rows`` that ``v``'s filter passes, asking what is not known yet
+    (``ensure_answers``). Verdicts with no answer yet are asked per class
+    over every row at once: no unknown codes to read first."""
+    if v.fresh and v.classed is not None:
+        v.fresh = False
+        codes = _ask_classes(v, cols, rows, deadline)
+    else:
+        ensure_answers(v, cols, rows, deadline=deadline)
+        codes = v.codes[rows]
+    return rows[codes == PASS]
+
+
 def _paced(items: list, deadline: Deadline | None):
     """``items``, paced by ``deadline`` when there is one."""
     return items if deadline is None else deadline.paced(items)
 
 
 def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
-                 deadline: Deadline | None) -> None:
-    """Ask one host per class among ``rows`` and give its answer to the class.
+                 deadline: Deadline | None) -> np.ndarray:
+    """Ask one host per class among ``rows`` and give its answer to the class;
+    the answer codes of ``rows``.
 
     An answer is given to the class only when the host's row is current (its
     stamp equals the host's even version) and the host did not change while
     it was asked; rows still unknown after a few rounds are asked one by one.
     """
+    asked = rows
     flt = v.step.flt
     column = cols.class_codes(v.classed)
     versions = cols.versions
@@ -273,7 +297,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
         v.codes[rows] = known
         todo = rows[known == UNKNOWN]
         if not len(todo):
-            return
+            return known if rows is asked else v.codes[asked]
         _, first = np.unique(column[todo], return_index=True)
         for r in _paced(todo[first].tolist(), deadline):
             host = hosts[r]
@@ -287,6 +311,7 @@ def _ask_classes(v: Verdicts, cols: HostColumns, rows: np.ndarray,
         rows = todo
     for r in _paced(rows[v.codes[rows] == UNKNOWN].tolist(), deadline):
         v.codes[r] = answers.code_of(ask_host(flt, hosts[r], v.state))
+    return v.codes[asked]
 
 
 # -- the cycle ------------------------------------------------------------------------------
@@ -350,8 +375,10 @@ class Cycle:
         else:
             v = Verdicts(step, state, cols.n, ClassAnswers(0), classed=None)
         if flt.has_screen:
+            v.fresh = False
             v.codes[screened_rows(flt, state, cols)] = SCREENED
         if flt.has_sure_passes:
+            v.fresh = False
             sure = screened_rows(flt, state, cols, method="sure_passes")
             v.codes[sure & (v.codes == UNKNOWN)] = PASS
         return v
@@ -383,6 +410,9 @@ class Cycle:
                 continue
             if left == 0:
                 break
+            if not v.refused_any:
+                removed[step.name] = 0
+                continue
             passed = v.codes == PASS
             alive = passed if alive is None else np.logical_and(alive, passed, out=alive)
             now = int(np.count_nonzero(alive))
@@ -395,8 +425,7 @@ class Cycle:
             if left == 0:
                 break
             started = perf_counter()
-            ensure_answers(v, self.cols, rows, deadline=deadline)
-            rows = rows[v.codes[rows] == PASS]
+            rows = passing_rows(v, self.cols, rows, deadline)
             name = v.step.name
             seconds[name] = seconds.get(name, 0.0) + perf_counter() - started
             removed[v.step.name] = left - len(rows)
@@ -442,7 +471,8 @@ class Cycle:
             v = self._new_verdicts(step, request, one)
             if v is SKIP:
                 continue
-            ensure_answers(v, one, rows, reasons=True)
+            if step.kind != VECTOR:         # a vector filter answered every row
+                ensure_answers(v, one, rows, reasons=True)
             code = int(v.codes[0])
             if code != PASS:
                 return f"{step.name}: {v.reasons[code - 1]}"
@@ -464,7 +494,9 @@ class Cycle:
         cols = self.cols
         hosts = cols.hosts
         n = len(rows)
-        totals = np.zeros(n, dtype=np.float64)
+        # The running sum; until a weigher adds to it, 0.0 for every host (the
+        # first adds to the number 0.0 into its own array: no zeros to write).
+        totals: Any = 0.0
         if n > 1:
             deadline = self.deadline
             for w in _timed(self.weighers, self.weigher_seconds):
@@ -475,21 +507,24 @@ class Cycle:
                 state = w.prepare(request)
                 if state is SKIP:
                     continue
-                raw = raw_weights(w, state, cols, rows, deadline)
+                raw = _gathered_weights(w, state, cols, rows, deadline)
                 if raw is None:
                     continue        # the same weight everywhere: normalises to 0
-                lo, hi = raw.min(), raw.max()
+                lo, hi = _weight_range(w, raw)
                 if hi == lo:
                     continue
                 # (raw - lo) / (hi - lo) * multiplier, in place.
                 np.subtract(raw, lo, out=raw)
                 np.divide(raw, hi - lo, out=raw)
+                out = raw if np.isscalar(totals) else totals
                 if np.isscalar(multiplier) and multiplier in (1.0, -1.0):
                     # x * 1.0 is x and t + (-1.0 * x) is t - x, exactly: one pass less.
-                    (np.add if multiplier > 0 else np.subtract)(totals, raw, out=totals)
+                    totals = (np.add if multiplier > 0 else np.subtract)(totals, raw, out=out)
                     continue
                 np.multiply(multiplier, raw, out=raw)
-                totals += raw
+                totals = np.add(totals, raw, out=out)
+        if np.isscalar(totals):
+            totals = np.zeros(n, dtype=np.float64)
         keep = self.keep
         if n > 4 * keep:
             kth = _kth_largest(totals, keep)
@@ -530,6 +565,15 @@ def raw_weights(w: BaseWeigher, state: Any, cols: HostColumns, rows: np.ndarray,
                 deadline: Deadline | None = None) -> np.ndarray | None:
     """The weigher's raw weights of ``rows`` as a new float64 array, or None when
     every host weighs the same (a per-host weigher paced by ``deadline``)."""
+    raw = _gathered_weights(w, state, cols, rows, deadline)
+    if raw is not None and len(raw):
+        _weight_range(w, raw)
+    return raw
+
+
+def _gathered_weights(w: BaseWeigher, state: Any, cols: HostColumns, rows: np.ndarray,
+                      deadline: Deadline | None) -> np.ndarray | None:
+    """``raw_weights`` before the finite check (``_weight_range`` makes it)."""
     n = len(rows)
     try:
         if w.has_vector:
@@ -544,21 +588,27 @@ def raw_weights(w: BaseWeigher, state: Any, cols: HostColumns, rows: np.ndarray,
             if vec.dtype != np.float64:         # e.g. a plugin's int column
                 vec = vec.astype(np.float64)
             # rows are valid indexes: 'clip' only skips the bounds checks.
-            raw = np.take(vec, rows, mode="clip")
-        else:
-            hosts = cols.hosts
-            raw = np.fromiter((w.weigh(hosts[i], state)
-                               for i in _paced(rows.tolist(), deadline)),
-                              dtype=np.float64, count=n)
+            return np.take(vec, rows, mode="clip")
+        hosts = cols.hosts
+        return np.fromiter((w.weigh(hosts[i], state)
+                            for i in _paced(rows.tolist(), deadline)),
+                           dtype=np.float64, count=n)
     except exception.BerthError:
         raise
     except Exception as e:
         LOG.exception("Weigher %s failed", w.name)
         raise exception.PluginError(plugin=w.name, reason=f"weighing failed: {e!r}") \
             from None
-    if not np.isfinite(raw).all():
+
+
+def _weight_range(w: BaseWeigher, raw: np.ndarray) -> tuple[float, float]:
+    """(smallest, largest) of ``raw`` (not empty); a PluginError unless every
+    weight is finite. min and max carry a NaN or an infinity to the result, so
+    the two reductions the normalisation needs are the check as well."""
+    lo, hi = raw.min(), raw.max()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise exception.PluginError(plugin=w.name, reason="weights must be finite numbers")
-    return raw
+    return lo, hi
 
 
 def _kth_largest(values: np.ndarray, k: int) -> float:

@@ -94,8 +94,9 @@ TOPOLOGY_MEMO = 4096
 
 
 @functools.lru_cache(maxsize=TOPOLOGY_MEMO)
-def _cell_values(topology, cpu_ratio: float) -> tuple:
-    """The ``cell_*`` columns of a host topology: one tuple per field, MAX_CELLS long."""
+def _cell_values(topology, cpu_ratio: float) -> np.ndarray:
+    """The ``cell_*`` columns of a host topology: a (fields, MAX_CELLS) array
+    (read-only), as one row of the cell block takes it in one assignment."""
     rows = []
     for cell in (topology.cells[:MAX_CELLS] if topology is not None else ()):
         pinned = cell.pinned_cpus
@@ -113,7 +114,9 @@ def _cell_values(topology, cpu_ratio: float) -> tuple:
                      -1 if page_2m is None else page_2m.free,
                      -1 if page_1g is None else page_1g.free))
     rows.extend([_NO_CELL] * (MAX_CELLS - len(rows)))
-    return tuple(zip(*rows, strict=True))
+    values = np.array(rows, dtype=np.float64).T
+    values.flags.writeable = False
+    return values
 
 
 @functools.lru_cache(maxsize=TOPOLOGY_MEMO)
@@ -334,15 +337,14 @@ class HostColumns:
         self.n = n
         self.hosts = list(hosts)
         self.classes = classes if classes is not None else HostClasses()
-        for name in FLOAT_FIELDS:
-            setattr(self, name, np.zeros(n, dtype=np.float64))
-        for name in BOOL_FIELDS:
-            setattr(self, name, np.zeros(n, dtype=bool))
-        for name in CELL_FIELDS:
-            # stored cell by cell (the transpose of a (MAX_CELLS, n) array): the
-            # first k cells of every row, as NUMATopologyFilter reads them, are
-            # one contiguous block, not a strided slice of every row
-            setattr(self, name, np.full((MAX_CELLS, n), -1.0).T)
+        # Each field is a view of one block per kind (a row is written in one
+        # assignment per block). The cell fields are stored cell by cell (each
+        # the transpose of a (MAX_CELLS, n) array): the first k cells of every
+        # row, as NUMATopologyFilter reads them, are one contiguous block, not
+        # a strided slice of every row.
+        self._bind_fields(np.zeros((len(FLOAT_FIELDS), n), dtype=np.float64),
+                          np.zeros((len(BOOL_FIELDS), n), dtype=bool),
+                          np.full((len(CELL_FIELDS), MAX_CELLS, n), -1.0))
         #: How many ``cell_*`` columns any row has used (they only grow).
         self.cell_columns = 0
         #: Per row, the HostState.version the row was written from.
@@ -377,11 +379,20 @@ class HostColumns:
         self.hosts[i] = hs
         self._write_rows((i,))
 
+    def _bind_fields(self, floats: np.ndarray, bools: np.ndarray, cells: np.ndarray) -> None:
+        """Take these blocks as the fields' storage: (FLOAT_FIELDS, n),
+        (BOOL_FIELDS, n) and (CELL_FIELDS, MAX_CELLS, n)."""
+        self._floats, self._bools, self._cells = floats, bools, cells
+        for j, name in enumerate(FLOAT_FIELDS):
+            setattr(self, name, floats[j])
+        for j, name in enumerate(BOOL_FIELDS):
+            setattr(self, name, bools[j])
+        for j, name in enumerate(CELL_FIELDS):
+            setattr(self, name, cells[j].T)
+
     def _write_rows(self, rows: Iterable[int]) -> None:
-        floats = [getattr(self, name) for name in FLOAT_FIELDS]
-        bools = [getattr(self, name) for name in BOOL_FIELDS]
-        cells = [getattr(self, name) for name in CELL_FIELDS]
-        nf = len(floats)
+        floats, bools, cells = self._floats, self._bools, self._cells
+        nf = len(FLOAT_FIELDS)
         hosts = self.hosts
         classes = self.classes
         class_cols = [(name, codes, keys) for name, (codes, keys) in self._classes.items()]
@@ -390,13 +401,9 @@ class HostColumns:
             hs = hosts[i]
             version = hs.version
             values = _row_values(hs)
-            for col, value in zip(floats, values, strict=False):
-                col[i] = value
-            for col, value in zip(bools, values[nf:], strict=True):
-                col[i] = value
-            for col, value in zip(cells, _cell_values(hs.numa_topology,
-                                                      hs.cpu_allocation_ratio), strict=True):
-                col[i] = value
+            floats[:, i] = np.array(values[:nf], dtype=np.float64)
+            bools[:, i] = np.array(values[nf:], dtype=bool)
+            cells[:, :, i] = _cell_values(hs.numa_topology, hs.cpu_allocation_ratio)
             if hs.numa_topology is not None:
                 self.cell_columns = max(self.cell_columns,
                                         min(len(hs.numa_topology.cells), MAX_CELLS))
@@ -591,8 +598,8 @@ class HostColumns:
         other.n = self.n
         other.hosts = list(self.hosts)
         other.classes = self.classes
-        for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
-            setattr(other, name, getattr(self, name).copy(order="K"))
+        other._bind_fields(self._floats.copy(), self._bools.copy(), self._cells.copy())
+        other.versions = self.versions.copy()
         other.cell_columns = self.cell_columns
         other.index_by_host = self.index_by_host
         other.row_of_node = self.row_of_node
@@ -610,28 +617,22 @@ class HostColumns:
     def one_row(self, i: int) -> HostColumns:
         """Row ``i`` alone, as columns of one row that read these (views, not
         copies: nothing is written through them, and they show row ``i`` as it
-        is whenever they are read); class codes are shared with these."""
+        is whenever they are read); class codes are shared with these. The
+        views are taken when first read: a recheck reads a few of them."""
         hs = self.hosts[i]
-        rows = slice(i, i + 1)
-        other = object.__new__(HostColumns)
+        other = object.__new__(_RowView)
+        other._parent = self
+        other._rows = slice(i, i + 1)
         other.n = 1
         other.hosts = [hs]
         other.classes = self.classes
-        for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS + ("versions",):
-            setattr(other, name, getattr(self, name)[rows])
         other.cell_columns = self.cell_columns
         other.index_by_host = {hs.host: [0]}
         other.row_of_node = {hs.node_id: 0}
         other._node_ids = None
         other._node_rows = None
-        other._agg_min = {k: (v[rows], p[rows]) for k, (v, p) in list(self._agg_min.items())}
         other._agg_source = [self._agg_source[i]]
         other._agg_rows = None
-        other._classes = {k: (c[rows], [keys[i]])
-                          for k, (c, keys) in list(self._classes.items())}
-        other._res = {rc: ResourceColumns(res.data[:, rows])
-                      for rc, res in list(self._res.items())}
-        other._traits = {t: r[rows] for t, r in list(self._traits.items())}
         other._trees = [self._trees[i]]
         return other
 
@@ -651,6 +652,52 @@ class HostColumns:
         for name, (codes, keys) in other._classes.items():
             codes[:] = [classes.code(name, k) for k in keys]
         return other
+
+
+#: Field name -> (block attribute, index in the block).
+_FIELD_BLOCKS = {**{name: ("_floats", j) for j, name in enumerate(FLOAT_FIELDS)},
+                 **{name: ("_bools", j) for j, name in enumerate(BOOL_FIELDS)},
+                 **{name: ("_cells", j) for j, name in enumerate(CELL_FIELDS)}}
+
+
+class _RowView(HostColumns):
+    """``HostColumns.one_row``: a field, the versions, and the class, trait,
+    aggregate and resource columns are views of the parent's row, each taken
+    when it is first read (then kept as an attribute)."""
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for names not set yet.
+        attrs = self.__dict__
+        if "_parent" not in attrs:
+            raise AttributeError(name)
+        parent, rows = attrs["_parent"], attrs["_rows"]
+        block = _FIELD_BLOCKS.get(name)
+        if block is not None:
+            kind, j = block
+            if kind == "_cells":
+                value = parent._cells[j, :, rows].T
+            else:
+                value = getattr(parent, kind)[j, rows]
+        elif name in ("_floats", "_bools"):
+            value = getattr(parent, name)[:, rows]
+        elif name == "_cells":
+            value = parent._cells[:, :, rows]
+        elif name == "versions":
+            value = parent.versions[rows]
+        elif name == "_agg_min":
+            value = {k: (v[rows], p[rows]) for k, (v, p) in list(parent._agg_min.items())}
+        elif name == "_classes":
+            i = rows.start
+            value = {k: (c[rows], [keys[i]]) for k, (c, keys) in list(parent._classes.items())}
+        elif name == "_res":
+            value = {rc: ResourceColumns(res.data[:, rows])
+                     for rc, res in list(parent._res.items())}
+        elif name == "_traits":
+            value = {t: r[rows] for t, r in list(parent._traits.items())}
+        else:
+            raise AttributeError(name)
+        attrs[name] = value
+        return value
 
 
 def _aggregate_min_row(hs, key: str, i: int, values: np.ndarray, present: np.ndarray) -> None:

@@ -88,6 +88,10 @@ class ResourcesFilter(BaseHostFilter):
                               or isolation):
             return SKIP
         numbered = {rc for g in rr.numbered for rc, _ in g.resources}
+        if not (rr.numbered or rr.has_traits or rr.member_of or rr.forbidden_aggregates
+                or isolation) and \
+                all(rc in self.views for rc, _ in rr.unnumbered.resources):
+            return SKIP         # the view filters check every class asked
         return _State(rr, frozenset(self.views - numbered), isolation)
 
     def refusals(self, cols, state: _State):

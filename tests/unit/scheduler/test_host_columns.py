@@ -236,3 +236,32 @@ def _absent_slots(k: int):
     from scheduler.host_columns import ResourceColumns
 
     return ResourceColumns.absent(1, k).data
+
+
+def test_every_field_follows_a_rewritten_row_and_a_row_view_reads_it_when_read():
+    """``update`` rewrites every field of the row (the fields share one block
+    per kind), copies keep their own values, and a ``one_row`` view taken
+    before the rewrite shows the row as it is when a field is first read."""
+    from numa.topology import HostTopology
+    from scheduler.host_columns import BOOL_FIELDS, CELL_FIELDS, FLOAT_FIELDS
+    from tests.unit.numa.factories import smt_cell
+
+    hosts = [fakes.fake_host(f"h{i}") for i in range(3)]
+    cols = HostColumns(hosts)
+    before = cols.copy()
+    view = cols.one_row(1)
+    assert view.free_ram.tolist() == [16384.0]      # read now: taken as it is
+    fresh = fakes.fake_host("h1", numa_topology=HostTopology(cells=(smt_cell(cores=4),)),
+                            num_io_ops=3, num_instances=2, failed_builds=1,
+                            hypervisor_version=9001000, disabled=True, memory_mb_used=1024)
+    cols.update(1, fresh)
+    alone = HostColumns([fresh])
+    for name in FLOAT_FIELDS + BOOL_FIELDS + CELL_FIELDS:
+        got, want = getattr(cols, name)[1:2], getattr(alone, name)
+        assert _same_numbers(got, want), name
+        assert _same_numbers(getattr(view, name), want), name   # first read after it
+        assert _same_numbers(getattr(before, name), HostColumns(hosts).__dict__[name]), name
+    assert view.free_ram.tolist() == [16384.0 - 1024]
+    assert cols.num_io_ops.tolist() == [0.0, 3.0, 0.0] and cols.disabled.tolist() == \
+        [False, True, False]
+    assert before.num_io_ops.tolist() == [0.0, 0.0, 0.0]
