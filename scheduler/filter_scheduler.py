@@ -308,6 +308,9 @@ class FilterScheduler:
             load_weighers(fs.weight_classes, conf)
         #: The ledger's check: every request runs it (``filters.resources``).
         self.resources_filter = ResourcesFilter(conf, view_classes(self.filters))
+        #: A forced move's only filter: every class asked, none left to the view
+        #: filters (which a forced move does not run).
+        self.forced_resources_filter = ResourcesFilter(conf)
         self.steps = cycles.plan(self.filters, builtin=(self.resources_filter,))
         for step in self.steps:
             if step.flt.has_classes:    # per-host filters and vector ones that use classes
@@ -608,7 +611,7 @@ class FilterScheduler:
         timings = metrics.SelectTimings()
         deadline = Deadline(self.conf.scheduler.request_timeout, _clock)
         self.host_manager.refresh()
-        steps = cycles.plan([], builtin=(self.resources_filter,)) if force else None
+        steps = cycles.plan([], builtin=(self.forced_resources_filter,)) if force else None
         req = self._request(spec, deadline, timings, self.weighers, dry_run=False,
                             pending=pending, steps=steps)
         req.move_from = move_from

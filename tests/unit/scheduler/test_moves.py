@@ -233,3 +233,19 @@ def test_malformed_moves_name_the_field(move, field):
     with pytest.raises(exception.InvalidRequest) as e:
         MoveRequest.from_primitive({"instance_uuid": str(uuid.uuid4()), **move})
     assert e.value.kwargs["field"] == field
+
+
+def test_a_forced_live_migrate_is_refused_by_the_ledger_where_it_does_not_fit(any_db, conf):
+    """A forced move runs no filter but the ledger's check, and that check covers
+    every class (the view filters that check memory are not run): a destination
+    without the memory is refused by it, not first tried under its lock."""
+    sched, mover = _world(any_db, conf)
+    vm = _boot(sched, "a", flavor={"memory_mb": 8192})
+    _boot(sched, "b", flavor={"memory_mb": 12288})       # b keeps 4096 MB free
+    before = simulate.node_usage(any_db)
+    with pytest.raises(exception.NoValidHost,
+                       match=r"1 ResourcesFilter \(insufficient MEMORY_MB: need 8192\)"):
+        _move(mover, vm.instance_uuid, "live-migrate", destination="b", force=True,
+              migration_uuid=str(uuid.uuid4()))
+    assert simulate.node_usage(any_db) == before
+    assert simulate.check_invariants(any_db) == []
