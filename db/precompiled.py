@@ -50,6 +50,11 @@ class _Form:
                              f"to execute(); give them values")
         if compiled.literal_execute_params or compiled.post_compile_params:
             raise ValueError(f"{statement}: parameters rendered at execution")
+        if getattr(compiled, "escaped_bind_names", None):
+            # a name the string spells otherwise ("a.b" as a_b): the values
+            # would be handed over under the wrong key
+            raise ValueError(f"{statement}: parameter names the dialect escapes: "
+                             f"{sorted(compiled.escaped_bind_names)}")
         # the parameters as named in the string (a bind's key may be anonymous)
         binds = {name: bind for bind, name in compiled.bind_names.items()}
         unknown = set(names) - set(binds)

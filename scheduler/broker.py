@@ -242,13 +242,12 @@ class ReplyWaiter(amqpdriver.ReplyWaiter):
     :data:`REPLY_POLL_SECONDS`.
 
     oslo.messaging's reply thread reads with a timeout of 1 ms after each
-    message, doubled after each empty read (1, 2, 4, ... ms): a call answered
-    after 70 ms costs the thread seven empty reads, each a pass through kombu's
-    retry wrappers (0.1-0.2 ms of CPU), and under load that was more CPU than
-    the call itself (measured: 1.4 ms per select at 16 client processes, 0.46
-    for a bare ping). The short timeouts serve nothing here: this thread
-    acknowledges each reply as it reads it, and a read returns on the first
-    message."""
+    message, doubled after each empty read (1, 2, 4, ... ms): a slow reply
+    costs a series of empty reads, each a pass through kombu's retry
+    wrappers, and under load that was more of the client's CPU than the call
+    itself (figures: the 2026-12-05 "idle reads" performance report). The
+    short timeouts serve nothing here: this thread acknowledges each reply as
+    it reads it, and a read returns on the first message."""
 
     def poll(self):
         while not self._thread_exit_event.is_set():
@@ -263,10 +262,9 @@ class ReplyWaiter(amqpdriver.ReplyWaiter):
 class RpcListener(amqpdriver.RpcAMQPListener):
     """A server's listener, reading its queues in waits of
     :data:`REPLY_POLL_SECONDS` (oslo.messaging's reads with 1, 2, 4, ... ms
-    after each message, as its reply thread does: between requests 5 ms
-    apart, two or three empty reads per request, 8 % of a worker's CPU at 16
-    clients, measured). An RPC listener acknowledges each request as it reads
-    it, so the short reads served no acknowledgement either."""
+    after each message, as its reply thread does: empty reads between
+    requests). An RPC listener acknowledges each request as it reads it, so
+    the short reads served no acknowledgement either."""
 
     @driver_base.batch_poll_helper
     def poll(self, timeout=None):

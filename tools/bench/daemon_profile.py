@@ -129,7 +129,7 @@ def _thread_cpu() -> dict[str, float]:
     out: dict[str, float] = collections.defaultdict(float)
     for tid in os.listdir("/proc/self/task"):
         name = names.get(int(tid), "(not a Python thread)")
-        name = re.sub(r"[-_ ]?\d+$", "", name)         # Thread-3 -> Thread
+        name = re.sub(r"^Thread-\d+", "Thread", name)  # "Thread-3 (poll)" -> "Thread (poll)"
         out[name] += _proc_cpu(int(tid), "/proc/self/task/{}/stat")
     return dict(out)
 

@@ -120,3 +120,11 @@ def test_compiled_for_each_database(sqlite_db, mariadb_db):
     assert "?" in sqlite_sql and "FOR" not in sqlite_sql
     assert "%(b_spec)s" in mariadb_sql and "SHARE" in mariadb_sql
     assert stmt.sql(sqlite_db.engine.dialect) == sqlite_sql
+
+
+def test_a_name_the_dialect_escapes_is_refused(mariadb_db):
+    """PyMySQL's pyformat spells ``b.id`` as ``b_id`` in the string: values handed
+    over by the given name would miss it at execution, so it is refused here."""
+    stmt = sa.select(_specs.c.id).where(_specs.c.id == sa.bindparam("b.id"))
+    with pytest.raises(ValueError, match="escapes"):
+        Precompiled(stmt, ("b.id",)).sql(mariadb_db.engine.dialect)
