@@ -234,12 +234,12 @@ class BerthConnection(impl_rabbit.Connection):
 #: Seconds a client's reply thread, or a server's listener, waits in one read of
 #: its queues. A message ends the wait as soon as it arrives, so this bounds only
 #: how long stopping waits for the read.
-REPLY_POLL_SECONDS = 0.2
+READ_WAIT_SECONDS = 0.2
 
 
 class ReplyWaiter(amqpdriver.ReplyWaiter):
     """A client's reply thread, reading its reply queue in waits of
-    :data:`REPLY_POLL_SECONDS`.
+    :data:`READ_WAIT_SECONDS`.
 
     oslo.messaging's reply thread reads with a timeout of 1 ms after each
     message, doubled after each empty read (1, 2, 4, ... ms): a slow reply
@@ -252,7 +252,7 @@ class ReplyWaiter(amqpdriver.ReplyWaiter):
     def poll(self):
         while not self._thread_exit_event.is_set():
             try:
-                self.conn.consume(timeout=REPLY_POLL_SECONDS)
+                self.conn.consume(timeout=READ_WAIT_SECONDS)
             except rpc_common.Timeout:
                 continue
             except Exception:
@@ -261,7 +261,7 @@ class ReplyWaiter(amqpdriver.ReplyWaiter):
 
 class RpcListener(amqpdriver.RpcAMQPListener):
     """A server's listener, reading its queues in waits of
-    :data:`REPLY_POLL_SECONDS` (oslo.messaging's reads with 1, 2, 4, ... ms
+    :data:`READ_WAIT_SECONDS` (oslo.messaging's reads with 1, 2, 4, ... ms
     after each message, as its reply thread does: empty reads between
     requests). An RPC listener acknowledges each request as it reads it, so
     the short reads served no acknowledgement either."""
@@ -274,7 +274,7 @@ class RpcListener(amqpdriver.RpcAMQPListener):
             if self.incoming:
                 return self.incoming.pop(0)
             left = watch.leftover(return_none=True)
-            wait = REPLY_POLL_SECONDS if left is None else min(left, REPLY_POLL_SECONDS)
+            wait = READ_WAIT_SECONDS if left is None else min(left, READ_WAIT_SECONDS)
             if wait <= 0:
                 return None
             try:
