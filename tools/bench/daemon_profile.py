@@ -588,6 +588,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--client-cprofile", action="store_true",
                    help="profile the client processes (cProfile: slower clients; read "
                         "the shares, not the rates) and list their costliest functions")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.OPTION=VALUE",
+                   help="a daemon config option (repeatable), e.g. "
+                        "filter_scheduler.near_best_spread=0.1")
     p.add_argument("--workdir")
     args = p.parse_args(argv)
 
@@ -621,6 +624,10 @@ def main(argv: list[str]) -> int:
         ping_p50: dict[int, float] = {}
         port = _free_port() if args.metrics else None
         extra = f"\n[metrics]\nenabled = true\nport = {port}\n" if port else ""
+        for setting in args.set:
+            name, _, value = setting.partition("=")
+            section, _, option = name.rpartition(".")
+            extra += f"\n[{section or 'DEFAULT'}]\n{option} = {value}\n"
         with running_daemon(bdb.url, args.workers, plugins, workdir, 60 + args.size / 500,
                             config_extra=extra) as (daemon, api):
             pids = daemon.pids()
