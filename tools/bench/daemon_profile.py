@@ -20,6 +20,12 @@ per placement. A sample is taken whether the worker runs or waits for a CPU, so
 the shares hold while the machine's load moves the absolute figures. ``--metrics`` runs the
 daemon with its monitoring port and reports the select phases it measured.
 
+``--cpus 0`` (or ``0,1``...) runs the whole experiment on those CPUs: the
+daemon, the clients, and every thread of the shared broker and database
+server (restored afterwards). Comparing one CPU with one worker against two
+CPUs with two workers shows what a second worker adds when it has a core of
+its own, which two cores shared by everything cannot show.
+
 The machine may be shared: print ``uptime`` with the figures. The broker and
 database CPU include whatever else uses them meanwhile.
 """
@@ -260,6 +266,39 @@ def _waited(pids: list[int]) -> float:
             except (OSError, IndexError, ValueError):
                 pass
     return total / 1e9
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+@contextlib.contextmanager
+def pinned(cpus: set[int] | None):
+    """Run the experiment on ``cpus`` only: this process (and so the daemon and
+    the clients it starts), and every thread of the shared broker and database
+    server; their own affinity is given back afterwards. None: as they are."""
+    if not cpus:
+        yield
+        return
+    saved: dict[int, set[int]] = {}
+    for pid in [os.getpid()] + _listening(BROKER_PORT) + _listening(DATABASE_PORT):
+        for tid in _threads(pid):
+            try:
+                saved[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass        # a thread that ended meanwhile
+    try:
+        yield
+    finally:
+        for tid, mask in saved.items():
+            try:
+                os.sched_setaffinity(tid, mask)
+            except OSError:
+                pass
 
 
 def _free_port() -> int:
@@ -591,8 +630,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.OPTION=VALUE",
                    help="a daemon config option (repeatable), e.g. "
                         "filter_scheduler.near_best_spread=0.1")
+    p.add_argument("--cpus", help="CPUs to run the experiment on, e.g. 0 or 0,1: the "
+                                  "daemon, the clients, the bare server and the shared "
+                                  "broker and database (their affinity is restored after)")
     p.add_argument("--workdir")
     args = p.parse_args(argv)
+    cpus = {int(c) for c in args.cpus.split(",")} if args.cpus else None
+    with pinned(cpus):
+        return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
 
     from oslo_config import cfg
     from oslo_log import log
@@ -603,6 +651,9 @@ def main(argv: list[str]) -> int:
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="berth-profile-")
     os.makedirs(workdir, exist_ok=True)
+    if args.cpus:
+        print(f"pinned to CPU(s) {args.cpus}: this driver, the daemon, the clients, "
+              f"the broker and the database server", flush=True)
     log.register_options(cfg.CONF)      # before configure() parses: --inprocess logs
     plugins = configure()
     t0 = time.perf_counter()
