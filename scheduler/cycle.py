@@ -250,7 +250,7 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
     some row, each with its code."""
     flt = step.flt
     n = cols.n
-    answers = ClassAnswers(0)
+    answers = _NO_ANSWERS
     pairs = _plugin_call(flt, "refusals", lambda: list(flt.refusals(cols, state)))
     refused_by: list[tuple[int, np.ndarray]] = []
     for reason, refused in pairs:
@@ -260,8 +260,15 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
         refused = _bool_mask(flt, refused, n, "refusals must be bool masks")
         if not refused.any():
             continue            # no row refused for it: nothing to write
+        if answers is _NO_ANSWERS:
+            answers = ClassAnswers(0)
         refused_by.append((answers.code_of(reason), refused))
     return Verdicts(step, state, n, answers, classed=None, refused=refused_by)
+
+
+#: The answers of a vector filter that refused no row: no reasons (never
+#: written: its rows all pass, so nothing is asked or remembered).
+_NO_ANSWERS = ClassAnswers(0)
 
 
 def _refusal_codes(refused_by: list[tuple[int, np.ndarray]], n: int) -> np.ndarray:
@@ -554,12 +561,14 @@ class Cycle:
         # The running sum; until a weigher adds to it, 0.0 for every host (the
         # first adds to the number 0.0 into its own array: no zeros to write).
         totals: Any = 0.0
+        summed = False          # whether totals is an array (a weigher added to it)
         if n > 1:
             deadline = self.deadline
             for w in _timed(self.weighers, self.weigher_seconds):
                 deadline.pace()
                 multiplier = weigh_multiplier(w, cols, rows)
-                if np.isscalar(multiplier) and multiplier == 0.0:
+                per_row = isinstance(multiplier, np.ndarray)
+                if not per_row and multiplier == 0.0:
                     continue        # adds 0 × weight to every host
                 state = w.prepare(request)
                 if state is SKIP:
@@ -573,14 +582,15 @@ class Cycle:
                 # (raw - lo) / (hi - lo) * multiplier, in place.
                 np.subtract(raw, lo, out=raw)
                 np.divide(raw, hi - lo, out=raw)
-                out = raw if np.isscalar(totals) else totals
-                if np.isscalar(multiplier) and multiplier in (1.0, -1.0):
+                out = totals if summed else raw
+                summed = True
+                if not per_row and multiplier in (1.0, -1.0):
                     # x * 1.0 is x and t + (-1.0 * x) is t - x, exactly: one pass less.
                     totals = (np.add if multiplier > 0 else np.subtract)(totals, raw, out=out)
                     continue
                 np.multiply(multiplier, raw, out=raw)
                 totals = np.add(totals, raw, out=out)
-        if np.isscalar(totals):
+        if not summed:
             totals = np.zeros(n, dtype=np.float64)
         keep = self.keep
         if n > 4 * keep:
