@@ -97,14 +97,32 @@ class Step:
     flt: BaseHostFilter
     kind: str
     position: int               # in the configured order (request steps first)
+    #: The filter's name, read once (every step of every request reports under it).
+    name: str = dataclasses.field(init=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.flt.name
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.flt.name)
+
+
+class Plan(tuple):
+    """The steps of a filter list (a tuple of :class:`Step`), with the order
+    the cycle runs them in (``run_order``), worked out once."""
+
+    run_order: tuple[Step, ...]
+
+    def __new__(cls, steps: Sequence[Step]) -> Plan:
+        self = super().__new__(cls, steps)
+        self.run_order = _run_order(self)
+        return self
+
+
+def _run_order(steps: Sequence[Step]) -> tuple[Step, ...]:
+    """Vector steps first, then the others, each group in configured order."""
+    return tuple(sorted(steps, key=lambda s: (s.kind != VECTOR, s.position)))
 
 
 def plan(filters: Sequence[BaseHostFilter], builtin: Sequence[BaseHostFilter] = ()
-         ) -> tuple[Step, ...]:
+         ) -> Plan:
     """The steps of a filter list: the request's own lists, the configured
     filters in their order, then the ``builtin`` filters every request runs
     (they explain what no configured filter refused)."""
@@ -118,30 +136,59 @@ def plan(filters: Sequence[BaseHostFilter], builtin: Sequence[BaseHostFilter] = 
             raise exception.PluginError(
                 plugin=flt.name, reason="a filter must define host_passes or refusals")
         steps.append(Step(flt, kind, position))
-    return tuple(steps)
+    return Plan(steps)
 
 
 class Verdicts:
     """One step's answers for one instance of a request: per row ``UNKNOWN``,
-    ``PASS`` or ``k`` for ``reasons[k - 1]``."""
+    ``PASS`` or ``k`` for ``reasons[k - 1]``.
 
-    __slots__ = ("step", "state", "codes", "answers", "classed", "refused_any", "fresh")
+    A vector filter's answers are its refusal masks (``refused``: (code, mask)
+    pairs, the first mask that refuses a row gives its code); the per-row codes
+    are made from them when first read (``codes``): filtering reads the masks."""
+
+    __slots__ = ("step", "state", "n", "_codes", "answers", "classed", "refused", "fresh")
 
     def __init__(self, step: Step, state: Any, n: int, answers: ClassAnswers,
                  classed: str | None, codes: np.ndarray | None = None,
-                 refused_any: bool = True) -> None:
+                 refused: list[tuple[int, np.ndarray]] | None = None) -> None:
         self.step = step
         self.state = state
+        self.n = n
         #: True while no row has an answer (every code UNKNOWN).
-        self.fresh = codes is None
-        if codes is None:
+        self.fresh = codes is None and refused is None
+        if codes is None and refused is None:
             codes = np.empty(n, dtype=np.int32)
             codes.fill(UNKNOWN)
-        self.codes = codes
+        self._codes = codes
         self.answers = answers
         self.classed = classed
-        #: False when every row is known to pass (a vector filter refusing none).
-        self.refused_any = refused_any
+        #: A vector filter's (code, refused rows) pairs (empty: every row passes).
+        self.refused = refused
+
+    @property
+    def codes(self) -> np.ndarray:
+        codes = self._codes
+        if codes is None:
+            codes = self._codes = _refusal_codes(self.refused, self.n)
+        return codes
+
+    def passed(self, alive: np.ndarray | None) -> np.ndarray:
+        """A vector filter's passing rows as a bool mask: ANDed into ``alive``
+        (in place) when given, else a new mask."""
+        for _, refused in self.refused:
+            if refused.ndim == 0:           # every row refused
+                if alive is None:
+                    alive = np.zeros(self.n, dtype=bool)
+                else:
+                    alive.fill(False)
+            elif alive is None:
+                alive = ~refused
+            else:
+                np.greater(alive, refused, out=alive)      # alive and not refused
+        if alive is None:
+            alive = np.ones(self.n, dtype=bool)
+        return alive
 
     @property
     def reasons(self) -> list[str]:
@@ -199,12 +246,13 @@ def _bool_mask(flt: BaseHostFilter, value, n: int, what: str) -> np.ndarray:
 
 
 def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
-    """Every row's answer from the filter's ``refusals``."""
+    """Every row's answer from the filter's ``refusals``: the masks that refuse
+    some row, each with its code."""
     flt = step.flt
     n = cols.n
-    answers = ClassAnswers(0)
+    answers = _NO_ANSWERS
     pairs = _plugin_call(flt, "refusals", lambda: list(flt.refusals(cols, state)))
-    codes = None
+    refused_by: list[tuple[int, np.ndarray]] = []
     for reason, refused in pairs:
         reason = _checked(flt, reason, "as a reason")
         if reason is None:
@@ -212,7 +260,22 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
         refused = _bool_mask(flt, refused, n, "refusals must be bool masks")
         if not refused.any():
             continue            # no row refused for it: nothing to write
-        code = answers.code_of(reason)
+        if answers is _NO_ANSWERS:
+            answers = ClassAnswers(0)
+        refused_by.append((answers.code_of(reason), refused))
+    return Verdicts(step, state, n, answers, classed=None, refused=refused_by)
+
+
+#: The answers of a vector filter that refused no row: no reasons (never
+#: written: its rows all pass, so nothing is asked or remembered).
+_NO_ANSWERS = ClassAnswers(0)
+
+
+def _refusal_codes(refused_by: list[tuple[int, np.ndarray]], n: int) -> np.ndarray:
+    """Per row ``PASS`` or the code of the first mask of ``refused_by`` that
+    refuses it."""
+    codes = None
+    for code, refused in refused_by:
         if codes is None:
             # the first refusal: the answers are new, its code is 1 (True as an
             # int), every other row passes (0)
@@ -221,10 +284,7 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
             np.copyto(codes, code, where=codes == PASS)
         else:
             np.copyto(codes, code, where=refused & (codes == PASS))
-    if codes is None:
-        return Verdicts(step, state, n, answers, classed=None,
-                        codes=np.zeros(n, dtype=np.int32), refused_any=False)
-    return Verdicts(step, state, n, answers, classed=None, codes=codes)
+    return np.zeros(n, dtype=np.int32) if codes is None else codes
 
 
 def screened_rows(flt: BaseHostFilter, state: Any, cols: HostColumns,
@@ -328,8 +388,8 @@ class Cycle:
         #: The request's deadline: paces the loops and steps below.
         self.deadline = deadline or Deadline()
         #: Vector steps first, then the others, each group in configured order.
-        self._run_order = tuple(sorted(self.steps, key=lambda s: (s.kind != VECTOR,
-                                                                  s.position)))
+        self._run_order = steps.run_order if isinstance(steps, Plan) else \
+            _run_order(self.steps)
         #: position -> Verdicts (or SKIP) of the current instance; once-per-request
         #: steps keep the first instance's.
         self._verdicts: dict[int, Any] = {}
@@ -410,11 +470,10 @@ class Cycle:
                 continue
             if left == 0:
                 break
-            if not v.refused_any:
+            if not v.refused:
                 removed[step.name] = 0
                 continue
-            passed = v.codes == PASS
-            alive = passed if alive is None else np.logical_and(alive, passed, out=alive)
+            alive = v.passed(alive)
             now = int(np.count_nonzero(alive))
             removed[step.name] = left - now
             left = now
@@ -471,8 +530,13 @@ class Cycle:
             v = self._new_verdicts(step, request, one)
             if v is SKIP:
                 continue
-            if step.kind != VECTOR:         # a vector filter answered every row
-                ensure_answers(v, one, rows, reasons=True)
+            if step.kind == VECTOR:
+                # every mask it kept refuses some row, so this one row; the
+                # first one's code is the row's
+                if v.refused:
+                    return f"{step.name}: {v.reasons[v.refused[0][0] - 1]}"
+                continue
+            ensure_answers(v, one, rows, reasons=True)
             code = int(v.codes[0])
             if code != PASS:
                 return f"{step.name}: {v.reasons[code - 1]}"
@@ -497,12 +561,14 @@ class Cycle:
         # The running sum; until a weigher adds to it, 0.0 for every host (the
         # first adds to the number 0.0 into its own array: no zeros to write).
         totals: Any = 0.0
+        summed = False          # whether totals is an array (a weigher added to it)
         if n > 1:
             deadline = self.deadline
             for w in _timed(self.weighers, self.weigher_seconds):
                 deadline.pace()
                 multiplier = weigh_multiplier(w, cols, rows)
-                if np.isscalar(multiplier) and multiplier == 0.0:
+                per_row = isinstance(multiplier, np.ndarray)
+                if not per_row and multiplier == 0.0:
                     continue        # adds 0 × weight to every host
                 state = w.prepare(request)
                 if state is SKIP:
@@ -516,14 +582,15 @@ class Cycle:
                 # (raw - lo) / (hi - lo) * multiplier, in place.
                 np.subtract(raw, lo, out=raw)
                 np.divide(raw, hi - lo, out=raw)
-                out = raw if np.isscalar(totals) else totals
-                if np.isscalar(multiplier) and multiplier in (1.0, -1.0):
+                out = totals if summed else raw
+                summed = True
+                if not per_row and multiplier in (1.0, -1.0):
                     # x * 1.0 is x and t + (-1.0 * x) is t - x, exactly: one pass less.
                     totals = (np.add if multiplier > 0 else np.subtract)(totals, raw, out=out)
                     continue
                 np.multiply(multiplier, raw, out=raw)
                 totals = np.add(totals, raw, out=out)
-        if np.isscalar(totals):
+        if not summed:
             totals = np.zeros(n, dtype=np.float64)
         keep = self.keep
         if n > 4 * keep:

@@ -660,44 +660,56 @@ _FIELD_BLOCKS = {**{name: ("_floats", j) for j, name in enumerate(FLOAT_FIELDS)}
                  **{name: ("_cells", j) for j, name in enumerate(CELL_FIELDS)}}
 
 
+def _row_field(name: str, parent: HostColumns, rows: slice) -> Any:
+    """Field ``name`` of ``parent``'s ``rows`` as a view."""
+    kind, j = _FIELD_BLOCKS[name]
+    if kind == "_cells":
+        return parent._cells[j, :, rows].T
+    return getattr(parent, kind)[j, rows]
+
+
+#: Attribute -> how a ``_RowView`` takes it from its parent's row.
+_ROW_VIEWS = {
+    **{name: functools.partial(_row_field, name) for name in _FIELD_BLOCKS},
+    "_floats": lambda parent, rows: parent._floats[:, rows],
+    "_bools": lambda parent, rows: parent._bools[:, rows],
+    "_cells": lambda parent, rows: parent._cells[:, :, rows],
+    "versions": lambda parent, rows: parent.versions[rows],
+    "_agg_min": lambda parent, rows: {k: (v[rows], p[rows])
+                                      for k, (v, p) in list(parent._agg_min.items())},
+    "_classes": lambda parent, rows: {k: (c[rows], [keys[rows.start]])
+                                      for k, (c, keys) in list(parent._classes.items())},
+    "_res": lambda parent, rows: {rc: ResourceColumns(res.data[:, rows])
+                                  for rc, res in list(parent._res.items())},
+    "_traits": lambda parent, rows: {t: r[rows] for t, r in list(parent._traits.items())},
+}
+
+
+class _TakenWhenRead:
+    """A ``_RowView`` attribute taken from the parent's row when first read,
+    then kept in the instance (which later reads find first)."""
+
+    __slots__ = ("name", "take")
+
+    def __init__(self, name: str, take) -> None:
+        self.name, self.take = name, take
+
+    def __get__(self, view: Any, owner: type | None = None) -> Any:
+        if view is None:
+            return self
+        value = view.__dict__[self.name] = self.take(view._parent, view._rows)
+        return value
+
+
 class _RowView(HostColumns):
     """``HostColumns.one_row``: a field, the versions, and the class, trait,
     aggregate and resource columns are views of the parent's row, each taken
     when it is first read (then kept as an attribute)."""
 
-    def __getattr__(self, name: str) -> Any:
-        # Called only for names not set yet.
-        attrs = self.__dict__
-        if "_parent" not in attrs:
-            raise AttributeError(name)
-        parent, rows = attrs["_parent"], attrs["_rows"]
-        block = _FIELD_BLOCKS.get(name)
-        if block is not None:
-            kind, j = block
-            if kind == "_cells":
-                value = parent._cells[j, :, rows].T
-            else:
-                value = getattr(parent, kind)[j, rows]
-        elif name in ("_floats", "_bools"):
-            value = getattr(parent, name)[:, rows]
-        elif name == "_cells":
-            value = parent._cells[:, :, rows]
-        elif name == "versions":
-            value = parent.versions[rows]
-        elif name == "_agg_min":
-            value = {k: (v[rows], p[rows]) for k, (v, p) in list(parent._agg_min.items())}
-        elif name == "_classes":
-            i = rows.start
-            value = {k: (c[rows], [keys[i]]) for k, (c, keys) in list(parent._classes.items())}
-        elif name == "_res":
-            value = {rc: ResourceColumns(res.data[:, rows])
-                     for rc, res in list(parent._res.items())}
-        elif name == "_traits":
-            value = {t: r[rows] for t, r in list(parent._traits.items())}
-        else:
-            raise AttributeError(name)
-        attrs[name] = value
-        return value
+
+for _name, _take in _ROW_VIEWS.items():
+    setattr(_RowView, _name, _TakenWhenRead(_name, _take))
+del _name, _take
 
 
 def _aggregate_min_row(hs, key: str, i: int, values: np.ndarray, present: np.ndarray) -> None:

@@ -184,7 +184,10 @@ class ImagePropertiesFilter(BaseHostFilter):
     run_filter_once_per_request = True
 
     def prepare(self, request):
-        req = ImageRequirement(request.spec.image.properties)
+        props = request.spec.image.properties
+        if not props:
+            return SKIP         # an image without properties asks nothing
+        req = ImageRequirement(props)
         return SKIP if req.empty else req
 
     def class_key(self, host):

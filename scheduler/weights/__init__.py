@@ -45,7 +45,10 @@ class BaseWeigher:
         """The configured multiplier (1.0 without ``multiplier_option``)."""
         if self.multiplier_option is None:
             return 1.0
-        return float(getattr(self.conf.filter_scheduler, self.multiplier_option))
+        # item access: the same lookup as attribute access, without the failed
+        # attribute lookup (and its AttributeError) that precedes oslo.config's
+        # __getattr__; read once per weigher per request
+        return float(self.conf["filter_scheduler"][self.multiplier_option])
 
     def prepare(self, request: RequestContext) -> Any:
         """The per-request state the weigh method receives, or ``SKIP``."""

@@ -28,4 +28,7 @@ class BuildFailureWeigher(BaseWeigher):
     aggregate_multiplier_key = "build_failure_weight_multiplier"
 
     def weigh_vector(self, cols, request):
-        return -cols.failed_builds
+        failed = cols.failed_builds
+        if not failed.any():
+            return 0.0          # no host failed a build: the same weight everywhere
+        return -failed

@@ -31,4 +31,7 @@ class PCIWeigher(BaseWeigher):
     def weigh_vector(self, cols, wanted: int):
         if wanted:
             return -np.maximum(cols.pci_free - wanted, 0.0)
-        return -cols.pci_free
+        free = cols.pci_free
+        if not free.any():
+            return 0.0          # no host has a free device: the same weight everywhere
+        return -free

@@ -3,6 +3,7 @@ is current (read where it is) or behind the host (new columns of the host);
 weighing and filtering read the rows as claims left them."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from oslo_config import cfg
 
@@ -139,3 +140,47 @@ def test_an_instance_filtered_again_keeps_the_class_answers_it_had():
     # the next instance asks the class h2 is in now
     rows, _ = cycle.candidates(testing.request(fakes.fake_spec(), index=1))
     assert rows.tolist() == [0, 3] and flt.asked[4:] == ["h2"]
+
+
+# -- vector filters: refusal masks, codes made when read -------------------------------
+
+class _TwoMasks(BaseHostFilter):
+    """Refuses the hosts named in ``first`` as "first", then those in ``second``."""
+
+    def __init__(self, conf, first, second):
+        super().__init__(conf)
+        self.first, self.second = first, second
+
+    def refusals(self, cols, request):
+        names = np.array([hs.host for hs in cols.hosts])
+        return [("first", np.isin(names, self.first)), ("never", np.zeros(cols.n, bool)),
+                ("second", np.isin(names, self.second))]
+
+
+def test_a_vector_filter_s_first_refusing_mask_names_a_row_everywhere():
+    """Filtering, the explanation and the recheck agree: a row refused by two
+    masks is counted and rechecked under the first; a mask refusing no row
+    is neither."""
+    flt = _TwoMasks(cfg.CONF, first=["h0", "h1"], second=["h1", "h2"])
+    hosts = [fakes.fake_host(f"h{i}") for i in range(5)]
+    cols = HostColumns(hosts)
+    cycle = cycles.Cycle(cycles.plan([flt]), [], cols, keep=1)
+    request = testing.request(fakes.fake_spec())
+    rows, removed = cycle.candidates(request)
+    assert rows.tolist() == [3, 4] and removed["_TwoMasks"] == 3
+    summary = cycle.explain(request).summary(0)
+    reasons = [f["reasons"] for f in summary["filters"] if f["filter"] == "_TwoMasks"]
+    assert reasons == [{"first": 2, "second": 1}]
+    assert [cycle.recheck(request, hs) for hs in hosts] == [
+        "_TwoMasks: first", "_TwoMasks: first", "_TwoMasks: second", None, None]
+
+
+def test_steps_run_vector_filters_first_in_configured_order():
+    from scheduler.filters.availability_zone import AvailabilityZoneFilter
+
+    steps = cycles.plan([_ByName(cfg.CONF, set()), RamFilter(cfg.CONF),
+                         AvailabilityZoneFilter(cfg.CONF)])
+    order = [s.name for s in steps.run_order]
+    assert order.index("RamFilter") < order.index("_ByName")
+    cycle = cycles.Cycle(tuple(steps), [], HostColumns([fakes.fake_host()]), keep=1)
+    assert cycle._run_order == steps.run_order

@@ -17,3 +17,17 @@ def test_multiplier():
         assert fakes.multiplier(w, fakes.fake_host()) == 0.0
     host = fakes.fake_host(aggregates=[{"build_failure_weight_multiplier": "10"}])
     assert fakes.multiplier(w, host) == 10.0
+
+
+def test_no_failures_anywhere_is_one_weight_then_a_failure_counts():
+    """With no failed build on any row the weigher gives one number (it adds
+    nothing); once a row is rewritten with a failure, that row weighs less."""
+    from scheduler.host_columns import HostColumns
+
+    w = BuildFailureWeigher(cfg.CONF)
+    hosts = [fakes.fake_host(f"h{i}") for i in range(3)]
+    cols = HostColumns(hosts)
+    assert w.weigh_vector(cols, None) == 0.0
+    hosts[1].failed_builds = 2
+    cols.update(1, hosts[1])
+    assert list(w.weigh_vector(cols, None)) == [0.0, -2.0, 0.0]
