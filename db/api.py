@@ -236,6 +236,18 @@ def retry_on_deadlock(fn):
     return attempt
 
 
+def _with_multi_statements(url: str) -> str:
+    """A MySQL URL whose connections take several statements in one string
+    (PyMySQL's ``client_flag``, added to any flag the URL names)."""
+    from pymysql.constants import CLIENT
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    flags = int(parsed.query.get("client_flag", 0)) | CLIENT.MULTI_STATEMENTS
+    return parsed.update_query_dict({"client_flag": str(flags)}).render_as_string(
+        hide_password=False)
+
+
 class _Ctx:
     """A throwaway holder enginefacade attaches its per-transaction state to."""
 
@@ -275,6 +287,7 @@ class Database:
             if path and path != ":memory:":
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._tc = enginefacade.transaction_context()
+        self._kept_engine: Engine | None = None
         if connection.startswith("mysql"):
             check_tls_arguments(connection)
             for name in ("connect_timeout", "read_timeout"):
@@ -289,6 +302,14 @@ class Database:
         kw = {"connection": connection, "sqlite_fk": True}
         kw.update(engine_kw)
         self._tc.configure(**kw)
+        # The kept connections (``hot_writer``) of MySQL come from an engine of
+        # their own whose connections take several statements in one string
+        # (``kept_engine``): a claim sends its writes in one round trip. No
+        # other connection takes them.
+        self._kept_tc = None
+        if connection.startswith("mysql"):
+            self._kept_tc = enginefacade.transaction_context()
+            self._kept_tc.configure(**dict(kw, connection=_with_multi_statements(connection)))
         # SQLite has one writer at a time and its busy wait blocks the whole
         # process: green threads of one process would wait on each other until
         # "database is locked". Writers of one process take turns here instead.
@@ -390,12 +411,13 @@ class Database:
         with self.hot_writer() as conn:
             yield conn
 
-    def causal_connect(self) -> Connection:
-        """A new connection of the engine whose reads wait for the cluster's
-        earlier writes (Galera: ``SET SESSION wsrep_sync_wait``, once for the
-        connection's life). On a server without the variable (MySQL) it is
-        not set again for this Database, with one WARNING."""
-        conn = self.engine.connect()
+    def causal_connect(self, engine: Engine | None = None) -> Connection:
+        """A new connection of the engine (or of ``engine``) whose reads wait
+        for the cluster's earlier writes (Galera: ``SET SESSION
+        wsrep_sync_wait``, once for the connection's life). On a server
+        without the variable (MySQL) it is not set again for this Database,
+        with one WARNING."""
+        conn = (engine or self.engine).connect()
         if self.sync_wait:
             try:
                 conn.exec_driver_sql(f"SET SESSION wsrep_sync_wait = {int(self.sync_wait)}")
@@ -426,7 +448,7 @@ class Database:
                     and not (conn.closed or conn.invalidated):
                 return conn
             close_quietly(conn)
-        conn = self.causal_connect()
+        conn = self.causal_connect(self.kept_engine)
         conn.info["berth_born"] = now
         return conn
 
@@ -446,6 +468,20 @@ class Database:
         return self._tc.writer.get_engine()
 
     @property
+    def kept_engine(self) -> Engine:
+        """The engine of the kept connections (``hot_writer``); on MySQL its
+        own, whose connections take batches (``db.precompiled``)."""
+        if self._kept_tc is None:
+            return self.engine
+        if self._kept_engine is None:
+            from db import precompiled
+
+            engine = self._kept_tc.writer.get_engine()
+            precompiled.accept_batches(engine)
+            self._kept_engine = engine
+        return self._kept_engine
+
+    @property
     def dialect(self) -> str:
         return self.engine.dialect.name
 
@@ -453,3 +489,5 @@ class Database:
         while self._kept:
             close_quietly(self._kept.pop())
         self._tc.dispose_pool()
+        if self._kept_tc is not None:
+            self._kept_tc.dispose_pool()

@@ -25,7 +25,7 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from db import inventory, models, node_changes, preemption, transitions
+from db import inventory, models, node_changes, precompiled, preemption, transitions
 from db.api import Database, retry_on_deadlock
 from db.precompiled import Precompiled
 
@@ -229,9 +229,19 @@ def _take(conn, items: tuple[Item, ...]) -> int:
         conn, tuple(itertools.chain.from_iterable(items))).rowcount
 
 
+@functools.lru_cache(maxsize=32)
+def _give_back_precompiled(n: int) -> Precompiled:
+    """``_give_back_statement(n)`` with its values as the items' (provider,
+    class, amount) one after the other."""
+    return Precompiled(_give_back_statement(n),
+                       itertools.chain.from_iterable((f"b_p{k}", f"b_rc{k}", f"b_n{k}")
+                                                     for k in range(n)))
+
+
 def _give_back(conn, items: tuple[Item, ...]) -> None:
     """One UPDATE taking every item off its inventory (never below 0)."""
-    conn.execute(_give_back_statement(len(items)), _item_params(items))
+    _give_back_precompiled(len(items)).execute(
+        conn, tuple(itertools.chain.from_iterable(items)))
 
 
 #: The consumer's row as a claim writes it (every column but the preemption's).
@@ -243,14 +253,36 @@ _INSERT_CONSUMER = Precompiled(sa.insert(_alloc), (
 _INSERT_ITEMS = Precompiled(sa.insert(_items),
                             ("consumer_id", "provider_id", "resource_class", "amount"),
                             many=True)
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_items_of_last_consumer(n: int) -> Precompiled:
+    """The INSERT of ``n`` allocation rows (provider, class, amount one after
+    the other) of the consumer the connection's previous INSERT made
+    (``LAST_INSERT_ID()``, MySQL; the same for every row of the statement)."""
+    return Precompiled(
+        sa.insert(_items).values([
+            {"consumer_id": sa.func.last_insert_id(), "provider_id": sa.bindparam(f"b_p{k}"),
+             "resource_class": sa.bindparam(f"b_rc{k}"), "amount": _amount(k)}
+            for k in range(n)]),
+        itertools.chain.from_iterable((f"b_p{k}", f"b_rc{k}", f"b_n{k}") for k in range(n)))
+
+
+#: A preempting claim: its victims no longer run on the node (stamped as
+#: the claim's UPDATE of the node just before).
+_VICTIMS_GONE = Precompiled(
+    sa.update(_cn).where(_cn.c.id == sa.bindparam("b_id"))
+    .values(running_vms=_cn.c.running_vms - sa.bindparam("b_n", type_=sa.Integer),
+            updated_at=sa.bindparam("b_now")),
+    ("b_n", "b_now", "b_id"))
 _INSERT_SPEC = Precompiled(sa.insert(_specs), ("spec", "created_at"))
 #: Share-locked: a release that would delete the spec as orphaned (its last
 #: allocation gone) waits until this claim's allocation refers to it.
 _SPEC_EXISTS = Precompiled(sa.select(_specs.c.id).where(_specs.c.id == sa.bindparam("b_spec"))
                            .with_for_update(read=True), ("b_spec",))
-_DELETE_ORPHAN_SPEC = sa.delete(_specs).where(
+_DELETE_ORPHAN_SPEC = Precompiled(sa.delete(_specs).where(
     _specs.c.id == sa.bindparam("b_spec"),
-    ~sa.exists().where(_alloc.c.request_spec_id == _specs.c.id))
+    ~sa.exists().where(_alloc.c.request_spec_id == _specs.c.id)), ("b_spec",))
 
 
 @retry_on_deadlock
@@ -262,7 +294,9 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
     scheduler writes, and a lock taken first would be held across every other
     statement's round trip (under eventlet, each one also waits for the
     worker's other green threads), stalling the other schedulers' claims and
-    releases of that node. A conflict found there rolls back the rest."""
+    releases of that node. A conflict found there rolls back the rest. On
+    MySQL the writes from the inventories' UPDATE on are one batch (``_write``):
+    the node row is locked for the batch's round trip and the COMMIT's."""
     from db import pci as db_pci
     from pci import errors as pci_errors
 
@@ -307,52 +341,123 @@ def claim(db: Database, rec: ClaimRecord) -> ClaimResult:
                     # a request of one instance: nothing to share, and a
                     # statement less in its claim and in its release
                     own_spec = rec.request_spec
-            if rec.items and _take(conn, rec.items) != len(rec.items):
-                raise ClaimConflict(f"node {rec.node_id}: "
-                                    f"{', '.join(f'{rc} {n}' for _p, rc, n in rec.items)} "
-                                    f"no longer fit")
-            if rec.move_from is None and rec.victims is None:
-                # Before the node's UPDATE (a conflict there rolls it back): the
-                # other schedulers apply it instead of reading the node again.
-                _journal_claim(conn, rec, now, pools)
-            if rec.numa_topology is not None:
-                res = _CLAIM_WITH_NUMA.execute(conn, (rec.node_id, rec.seen_generation, now,
-                                                      rec.numa_topology))
-            else:
-                res = _CLAIM.execute(conn, (rec.node_id, rec.seen_generation, now))
-            if res.rowcount != 1:
-                raise ClaimConflict(f"node {rec.node_id} changed")
-            if rec.victims is not None:
-                conn.execute(sa.update(_cn).where(_cn.c.id == rec.node_id).values(
-                    running_vms=_cn.c.running_vms - len(rec.victims.uuids)))
-            # After the node's UPDATE: the foreign key checks of these INSERTs
-            # take shared locks on the node row, and two claims holding it, each
-            # waiting to upgrade it for its UPDATE, deadlock.
-            consumer_id = _INSERT_CONSUMER.execute(conn, (
-                rec.instance_uuid, rec.consumer_type, rec.owner_uuid or rec.instance_uuid,
-                rec.node_id, rec.numa_cells,
-                json.dumps(list(addresses)) if addresses else None,
-                rec.project_id, rec.user_id, rec.instance_group, spec_id, own_spec,
-                rec.pending, now,
-                rec.move_from.holder if rec.move_from else None,
-                "moving" if rec.move_from else None,
-                rec.priority, rec.preemptible)).lastrowid
-            if rec.items:
-                _INSERT_ITEMS.executemany(conn, [(consumer_id, p, rc, n)
-                                                 for p, rc, n in rec.items])
+            _write(conn, rec, now, spec_id, own_spec, addresses, pools)
     except db_exc.DBDuplicateEntry:
         raise DuplicateAllocation(rec.instance_uuid) from None
     return ClaimResult(generation=rec.seen_generation + 1, pci_addresses=addresses,
                        pci_pools=pools, request_spec_id=spec_id, at=now)
 
 
-def _journal_claim(conn, rec: ClaimRecord, now: datetime.datetime, pools) -> None:
-    """Write the claim's ``node_changes`` row (the node's next generation)."""
+def _write(conn, rec: ClaimRecord, now: datetime.datetime, spec_id: int | None,
+           own_spec: str | None, addresses: tuple[str, ...], pools) -> None:
+    """The claim's writes, in this order: take the items from the inventories
+    (a conflict if one no longer fits), journal the claim, bump the node's
+    generation (compare-and-swap: a conflict if it moved), then insert the
+    consumer and its items. On MySQL they go as one batch, one round trip
+    (the kept connections take batches: ``Database.kept_engine``), and the
+    row counts are checked once it is read; else one statement after the
+    other."""
+    journal = None
+    if rec.move_from is None and rec.victims is None:
+        # Before the node's UPDATE (a conflict there rolls it back): the
+        # other schedulers apply it instead of reading the node again.
+        journal = _journal_row(rec, now, pools)
+    if rec.numa_topology is not None:
+        node = (_CLAIM_WITH_NUMA, (rec.node_id, rec.seen_generation, now, rec.numa_topology))
+    else:
+        node = (_CLAIM, (rec.node_id, rec.seen_generation, now))
+    # After the node's UPDATE: the foreign key checks of the INSERTs take
+    # shared locks on the node row, and two claims holding it, each waiting to
+    # upgrade it for its UPDATE, deadlock.
+    consumer = (rec.instance_uuid, rec.consumer_type, rec.owner_uuid or rec.instance_uuid,
+                rec.node_id, rec.numa_cells,
+                json.dumps(list(addresses)) if addresses else None,
+                rec.project_id, rec.user_id, rec.instance_group, spec_id, own_spec,
+                rec.pending, now,
+                rec.move_from.holder if rec.move_from else None,
+                "moving" if rec.move_from else None,
+                rec.priority, rec.preemptible)
+    if precompiled.takes_batches(conn):
+        _write_batch(conn, rec, now, journal, node, consumer)
+        return
+    if rec.items and _take(conn, rec.items) != len(rec.items):
+        raise _no_longer_fit(rec)
+    if journal is not None:
+        node_changes.INSERT.execute(conn, journal)
+    if node[0].execute(conn, node[1]).rowcount != 1:
+        raise _node_changed(rec)
+    if rec.victims is not None:
+        _VICTIMS_GONE.execute(conn, (len(rec.victims.uuids), now, rec.node_id))
+    consumer_id = _INSERT_CONSUMER.execute(conn, consumer).lastrowid
+    if rec.items:
+        _INSERT_ITEMS.executemany(conn, [(consumer_id, p, rc, n) for p, rc, n in rec.items])
+
+
+def _write_batch(conn, rec: ClaimRecord, now: datetime.datetime, journal: tuple | None,
+                 node: tuple, consumer: tuple) -> None:
+    """``_write``'s statements as one batch. The batch runs to its end even
+    when a count says conflict (rolled back with the rest); the first
+    conflict in statement order wins over an error of a later statement, as
+    when the statements run one by one (the later one would not have run)."""
+    parts: list[tuple[Precompiled, tuple]] = []
+    expected: list[tuple[int, int, ClaimConflict]] = []    # (part, row count, else)
+    if rec.items:
+        expected.append((len(parts), len(rec.items), _no_longer_fit(rec)))
+        parts.append((_take_precompiled(len(rec.items)),
+                      tuple(itertools.chain.from_iterable(rec.items))))
+    if journal is not None:
+        parts.append((node_changes.INSERT, journal))
+    expected.append((len(parts), 1, _node_changed(rec)))
+    parts.append(node)
+    if rec.victims is not None:
+        parts.append((_VICTIMS_GONE, (len(rec.victims.uuids), now, rec.node_id)))
+    parts.append((_INSERT_CONSUMER, consumer))
+    if rec.items:
+        # the consumer's id: the one its INSERT, just before, generated
+        parts.append((_insert_items_of_last_consumer(len(rec.items)),
+                      tuple(itertools.chain.from_iterable((p, rc, n)
+                                                          for p, rc, n in rec.items))))
+    counts: list[int] = []
+    try:
+        precompiled.execute_batch(conn, parts, counts)
+    except Exception:
+        conflict = _first_conflict(counts, expected)
+        if conflict is None:
+            raise
+    else:
+        conflict = _first_conflict(counts, expected)
+        if conflict is None:
+            return
+    raise conflict
+
+
+def _first_conflict(counts: list[int], expected) -> ClaimConflict | None:
+    """The first conflict the row counts read so far tell, if any."""
+    for part, rows, conflict in expected:
+        if part >= len(counts):
+            return None
+        if counts[part] != rows:
+            return conflict
+    return None
+
+
+def _no_longer_fit(rec: ClaimRecord) -> ClaimConflict:
+    return ClaimConflict(f"node {rec.node_id}: "
+                         f"{', '.join(f'{rc} {n}' for _p, rc, n in rec.items)} "
+                         f"no longer fit")
+
+
+def _node_changed(rec: ClaimRecord) -> ClaimConflict:
+    return ClaimConflict(f"node {rec.node_id} changed")
+
+
+def _journal_row(rec: ClaimRecord, now: datetime.datetime, pools) -> tuple | None:
+    """The claim's ``node_changes`` row (the node's next generation), or None."""
     picked: dict = {}
     for _request_id, key, count in rec.pci_picks:
         picked[key] = picked.get(key, 0) + count
-    node_changes.record_claim(
-        conn, node_id=rec.node_id, generation=rec.seen_generation + 1, at=now,
+    return node_changes.claim_row(
+        node_id=rec.node_id, generation=rec.seen_generation + 1, at=now,
         consumer_uuid=rec.instance_uuid, consumer_type=rec.consumer_type,
         instance_group=rec.instance_group, items=rec.items,
         numa_topology=rec.numa_topology, pci_pools=pools, priority=rec.priority,
@@ -452,8 +557,9 @@ def group_member_nodes(db: Database, group: str) -> list[int]:
                    _alloc.c.consumer_type != preemption.PREEMPTED))]
 
 
-_RELEASE = _node_update(with_numa=False, sign=-1)
-_RELEASE_WITH_NUMA = _node_update(with_numa=True, sign=-1)
+_RELEASE = Precompiled(_node_update(with_numa=False, sign=-1), ("b_id", "b_now"))
+_RELEASE_WITH_NUMA = Precompiled(_node_update(with_numa=True, sign=-1),
+                                 ("b_id", "b_now", "b_numa"))
 # The allocation with its shared request spec (one round trip); FOR UPDATE
 # locks both rows (the spec row may be deleted with its last allocation).
 _LOCK_ALLOCATION = (sa.select(_alloc, _specs.c.spec.label("shared_spec"))
@@ -461,16 +567,19 @@ _LOCK_ALLOCATION = (sa.select(_alloc, _specs.c.spec.label("shared_spec"))
                                                   _specs.c.id == _alloc.c.request_spec_id))
                     .where(_alloc.c.uuid == sa.bindparam("b_uuid"))
                     .with_for_update())
-_ITEMS_OF = sa.select(_items.c.provider_id, _items.c.resource_class, _items.c.amount).where(
-    _items.c.consumer_id == sa.bindparam("b_id"))
-_DELETE_ITEMS = sa.delete(_items).where(_items.c.consumer_id == sa.bindparam("b_id"))
+_ITEMS_OF = Precompiled(
+    sa.select(_items.c.provider_id, _items.c.resource_class, _items.c.amount)
+    .where(_items.c.consumer_id == sa.bindparam("b_id")), ("b_id",))
+_DELETE_ITEMS = Precompiled(
+    sa.delete(_items).where(_items.c.consumer_id == sa.bindparam("b_id")), ("b_id",))
 #: What ``_ITEMS_OF`` then ``_DELETE_ITEMS`` do, in one statement where the
 #: database has DELETE ... RETURNING (SQLite 3.35, MariaDB 10.0.5; not MySQL).
-_DELETE_ITEMS_RETURNING = _DELETE_ITEMS.returning(
-    _items.c.provider_id, _items.c.resource_class, _items.c.amount)
-_LOCK_NODE = (sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology, _cn.c.generation)
-              .where(_cn.c.id == sa.bindparam("b_id")).with_for_update())
-_DELETE_ALLOCATION = sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id"))
+_DELETE_ITEMS_RETURNING = Precompiled(_DELETE_ITEMS.statement.returning(
+    _items.c.provider_id, _items.c.resource_class, _items.c.amount), ("b_id",))
+_LOCK_NODE = Precompiled(sa.select(_cn.c.id, _cn.c.host, _cn.c.numa_topology, _cn.c.generation)
+                         .where(_cn.c.id == sa.bindparam("b_id")).with_for_update(), ("b_id",))
+_DELETE_ALLOCATION = Precompiled(sa.delete(_alloc).where(_alloc.c.id == sa.bindparam("b_id")),
+                                 ("b_id",))
 
 
 @retry_on_deadlock
@@ -506,11 +615,11 @@ def release(db: Database, instance_uuid: str, *,
 
 def _delete_items(conn, consumer_id: int) -> tuple[Item, ...]:
     """Delete the consumer's allocation rows; what they held."""
-    params = {"b_id": consumer_id}
     if conn.dialect.delete_returning:
-        return tuple((p, rc, n) for p, rc, n in conn.execute(_DELETE_ITEMS_RETURNING, params))
-    amounts = tuple((p, rc, n) for p, rc, n in conn.execute(_ITEMS_OF, params))
-    conn.execute(_DELETE_ITEMS, params)
+        return tuple((p, rc, n) for p, rc, n in
+                     _DELETE_ITEMS_RETURNING.execute(conn, (consumer_id,)))
+    amounts = tuple((p, rc, n) for p, rc, n in _ITEMS_OF.execute(conn, (consumer_id,)))
+    _DELETE_ITEMS.execute(conn, (consumer_id,))
     return amounts
 
 
@@ -519,10 +628,10 @@ def _delete_consumer(conn, alloc) -> tuple[str | None, tuple[Item, ...]]:
     spec when no other consumer shares it); the spec's text and what the
     rows held."""
     amounts = _delete_items(conn, alloc["id"])
-    conn.execute(_DELETE_ALLOCATION, {"b_id": alloc["id"]})
+    _DELETE_ALLOCATION.execute(conn, (alloc["id"],))
     if alloc["request_spec_id"] is None:
         return alloc["request_spec"], amounts
-    conn.execute(_DELETE_ORPHAN_SPEC, {"b_spec": alloc["request_spec_id"]})
+    _DELETE_ORPHAN_SPEC.execute(conn, (alloc["request_spec_id"],))
     return alloc["shared_spec"], amounts
 
 
@@ -567,27 +676,33 @@ def _release_locked(conn, alloc, kind: str | None = None) -> Released:
     pools = db_pci.pools_for_nodes(conn, [node_id]).get(node_id, ()) if addresses else None
     if amounts:
         _give_back(conn, amounts)
-    node = conn.execute(_LOCK_NODE, {"b_id": node_id}).mappings().one()
-    params = {"b_id": node_id, "b_now": models.utcnow()}
+    node = _LOCK_NODE.execute(conn, (node_id,)).mappings().one()
+    now = models.utcnow()
     numa_after = None
     if alloc["numa_cells"] and node["numa_topology"]:
-        numa_after = params["b_numa"] = _remove_numa_usage(node["numa_topology"],
-                                                           alloc["numa_cells"])
-        conn.execute(_RELEASE_WITH_NUMA, params)
+        numa_after = _remove_numa_usage(node["numa_topology"], alloc["numa_cells"])
+        writes = [(_RELEASE_WITH_NUMA, (node_id, now, numa_after))]
     else:
-        conn.execute(_RELEASE, params)
-    node_changes.record_release(
-        conn, node_id=node_id, generation=node["generation"] + 1, at=params["b_now"],
+        writes = [(_RELEASE, (node_id, now))]
+    journal = node_changes.release_row(
+        node_id=node_id, generation=node["generation"] + 1, at=now,
         consumer_uuid=uuid, consumer_type=alloc["consumer_type"],
         instance_group=alloc["instance_group"], items=amounts, numa_topology=numa_after,
         pci_pools=pools)
-    _remember(conn, alloc, kind, node["host"], spec_text, params["b_now"])
+    if journal is not None:
+        writes.append((node_changes.INSERT, journal))
+    if len(writes) > 1 and precompiled.takes_batches(conn):
+        precompiled.execute_batch(conn, writes, [])     # the node's UPDATE and its journal
+    else:
+        for statement, values in writes:
+            statement.execute(conn, values)
+    _remember(conn, alloc, kind, node["host"], spec_text, now)
     return Released(instance_uuid=uuid, node_id=node_id, host=node["host"],
                     amounts=amounts, numa_cells=alloc["numa_cells"],
                     pci_addresses=addresses, request_spec=spec_text,
                     instance_group=alloc["instance_group"],
                     generation=node["generation"] + 1,
-                    numa_topology=numa_after, pci_pools=pools, at=params["b_now"])
+                    numa_topology=numa_after, pci_pools=pools, at=now)
 
 
 def _remove_numa_usage(host_json: str, fitted_json: str) -> str:

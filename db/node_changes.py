@@ -77,16 +77,18 @@ def writing() -> bool:
     return _writing
 
 
-def record_claim(conn, *, node_id: int, generation: int, at: datetime.datetime,
-                 consumer_uuid: str, consumer_type: str, instance_group: str | None,
-                 items: Iterable[Item], numa_topology: str | None, pci_pools,
-                 priority: int, preemptible: bool, pending: bool, project_id: str | None,
-                 numa_cells: str | None, device_pools: Iterable, image_properties) -> None:
-    """Journal a claim, in its transaction (``pci_pools``: the node's pools
-    after, None when no device changed; ``device_pools``: (PoolKey, count) of
-    the devices it took)."""
+def claim_row(*, node_id: int, generation: int, at: datetime.datetime,
+              consumer_uuid: str, consumer_type: str, instance_group: str | None,
+              items: Iterable[Item], numa_topology: str | None, pci_pools,
+              priority: int, preemptible: bool, pending: bool, project_id: str | None,
+              numa_cells: str | None, device_pools: Iterable, image_properties
+              ) -> tuple | None:
+    """A claim's journal row: the values of ``INSERT``, or None when this
+    process writes no journal (``pci_pools``: the node's pools after, None
+    when no device changed; ``device_pools``: (PoolKey, count) of the devices
+    it took). The claim writes it in its transaction."""
     if not _writing:
-        return
+        return None
     from db import pci as db_pci
     from pci.pools import PciPool
 
@@ -101,29 +103,31 @@ def record_claim(conn, *, node_id: int, generation: int, at: datetime.datetime,
         change["dp"] = db_pci.pool_rows(PciPool(key, count) for key, count in picked)
     if image_properties:
         change["im"] = dict(image_properties)
-    _insert(conn, node_id, generation, at, change)
+    return _row(node_id, generation, at, change)
 
 
-def record_release(conn, *, node_id: int, generation: int, at: datetime.datetime,
-                   consumer_uuid: str, consumer_type: str, instance_group: str | None,
-                   items: Iterable[Item], numa_topology: str | None, pci_pools) -> None:
-    """Journal a release, in its transaction (as ``record_claim``)."""
+def release_row(*, node_id: int, generation: int, at: datetime.datetime,
+                consumer_uuid: str, consumer_type: str, instance_group: str | None,
+                items: Iterable[Item], numa_topology: str | None, pci_pools
+                ) -> tuple | None:
+    """A release's journal row (as ``claim_row``)."""
     if not _writing:
-        return
+        return None
     from db import pci as db_pci
 
     change: dict = {"k": "r", "u": consumer_uuid, "t": consumer_type, "g": instance_group,
                     "i": [list(item) for item in items], "n": numa_topology}
     if pci_pools is not None:
         change["p"] = db_pci.pool_rows(pci_pools)
-    _insert(conn, node_id, generation, at, change)
+    return _row(node_id, generation, at, change)
 
 
-_INSERT = Precompiled(sa.insert(_t), ("compute_node_id", "generation", "at", "change"))
+#: A journal row's INSERT (values as ``claim_row`` gives them).
+INSERT = Precompiled(sa.insert(_t), ("compute_node_id", "generation", "at", "change"))
 
 
-def _insert(conn, node_id: int, generation: int, at: datetime.datetime, change: dict) -> None:
-    _INSERT.execute(conn, (node_id, generation, at, json.dumps(change, separators=(",", ":"))))
+def _row(node_id: int, generation: int, at: datetime.datetime, change: dict) -> tuple:
+    return node_id, generation, at, json.dumps(change, separators=(",", ":"))
 
 
 def decode(node_id: int, generation: int, at: datetime.datetime, text: str) -> Change:

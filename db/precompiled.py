@@ -18,6 +18,10 @@ handed to ``execute``, which refuses it as it always did. A statement that
 needs more than its SQL string and values (Python-side column defaults,
 parameters computed or rendered at execution, expanding IN lists, result
 columns converted as they are read) is refused when it is compiled.
+
+``execute_batch`` sends several of them as one string, in one round trip, on
+a connection of an engine that takes several statements at once (MySQL's
+multi statements: ``accept_batches``).
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy.engine import Connection, CursorResult, Dialect
+from sqlalchemy import event as sa_event
+from sqlalchemy.engine import Connection, CursorResult, Dialect, Engine
 from sqlalchemy.sql import ClauseElement
 
 
@@ -138,6 +143,11 @@ class Precompiled:
         """The statement as ``dialect`` runs it."""
         return self._form(dialect).sql
 
+    def parameters(self, dialect: Dialect, values: Sequence) -> tuple | dict:
+        """The parameters of ``sql(dialect)`` for ``values`` (a value its
+        type refuses raises here)."""
+        return self._form(dialect).parameters(values)
+
     def execute(self, conn: Connection, values: Sequence) -> CursorResult:
         """Run it once with ``values`` (in the order of ``names``)."""
         form = self._form(conn.dialect)
@@ -157,3 +167,64 @@ class Precompiled:
             return conn.execute(self.statement, [dict(zip(self.names, row, strict=True))
                                                 for row in rows])
         return conn.exec_driver_sql(form.sql, params)
+
+
+#: The execution option that makes a statement string a batch: the list its
+#: statements' row counts are appended to, one by one as they are read.
+_BATCH_COUNTS = "berth_batch_counts"
+
+
+def _read_every_result(cursor, statement, context) -> bool:
+    """Execute a batch and read all its results before SQLAlchemy looks at
+    the cursor: an error of any statement is raised here, inside the
+    execution, where SQLAlchemy and oslo.db translate it and drop a lost
+    connection, and nothing is left unread on the connection (the server
+    stops a batch at its first error: no result follows it)."""
+    counts = context.execution_options.get(_BATCH_COUNTS)
+    if counts is None:
+        return False
+    cursor.execute(statement)
+    counts.append(cursor.rowcount)
+    while cursor.nextset():
+        counts.append(cursor.rowcount)
+    return True
+
+
+#: The engines whose connections take batches (``accept_batches``).
+_BATCH_ENGINES: weakref.WeakSet = weakref.WeakSet()
+
+
+def accept_batches(engine: Engine) -> None:
+    """Let ``execute_batch`` run on ``engine``'s connections (which must take
+    several statements in one string: PyMySQL's ``CLIENT.MULTI_STATEMENTS``)."""
+    sa_event.listen(engine, "do_execute_no_params", _read_every_result)
+    _BATCH_ENGINES.add(engine)
+
+
+def takes_batches(conn: Connection) -> bool:
+    """Whether ``execute_batch`` can run on ``conn``."""
+    return conn.engine in _BATCH_ENGINES
+
+
+def execute_batch(conn: Connection, parts: Sequence[tuple[Precompiled, Sequence]],
+                  counts: list[int]) -> None:
+    """Run each (statement, values) of ``parts`` in order, sent as one string
+    in one round trip (``conn``'s engine ``accept_batches``); ``counts`` gets
+    each statement's row count (matched rows), and when one fails the counts
+    of those before it.
+
+    Each statement's values are bound into it by the driver (PyMySQL's
+    ``mogrify``: what its ``execute`` does to every statement, the server
+    taking no parameters apart), then the bound statements are joined: the
+    batch is sent without parameters. A value its type refuses raises before
+    anything is sent."""
+    dialect = conn.dialect
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        sql = ";\n".join(cursor.mogrify(statement.sql(dialect),
+                                         statement.parameters(dialect, values))
+                          for statement, values in parts)
+    finally:
+        cursor.close()
+    conn.exec_driver_sql(sql, execution_options={"no_parameters": True,
+                                                 _BATCH_COUNTS: counts})

@@ -8,9 +8,14 @@ plain hosts. Each round makes ``--claims`` claims of what a one-instance
 request with the daemon's defaults writes (three amounts of the node's root
 provider, its spec on its own row, pending, the node change journal), one host
 after the other, and times each ``claim`` call with ``time.process_time``;
-every claim is released right after, untimed, so the tables keep their size.
-Prints the CPU per claim of each round and their median (ms), and with
-``--cprofile PATH`` the profile of one more round's claims.
+every claim is released right after (timed apart), so the tables keep their size.
+Prints the CPU per claim of each round and their median (ms), the median
+CPU per release, and with
+``--cprofile PATH`` the profile of one more round's claims. With
+``--server-cpu`` (MariaDB on this machine) also the database server's CPU
+spent during the claims (its ``/proc`` user and system time read before and
+after each claim: what other clients make it do meanwhile counts too, so
+compare alternating runs on a quiet server).
 
 CPU time, not wall-clock: the figure holds on a shared machine better than
 rates do, but its load still moves it by a few per cent; compare two trees
@@ -56,8 +61,32 @@ def _hosts(db, count: int) -> list[tuple[int, int, str]]:
             .order_by(cn.c.id))]
 
 
+def _server_pid() -> int:
+    """The pid of the local MariaDB (or MySQL) server."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() in ("mariadbd", "mysqld"):
+                        return int(entry)
+            except OSError:
+                continue
+    raise SystemExit("--server-cpu: no mariadbd or mysqld process here")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU of process ``pid`` so far (seconds)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(backend: str, hosts: int, claims_per_round: int, rounds: int,
-        cprofile: str | None) -> list[float]:
+        cprofile: str | None, server: list[float] | None = None,
+        releases: list[float] | None = None) -> list[float]:
+    """CPU per claim (ms) of each round; ``server``: gets the database
+    server's CPU per claim (ms) of each round; ``releases``: the CPU per
+    release (ms) of each round."""
     import sqlalchemy as sa
 
     from db import claims, models
@@ -71,6 +100,7 @@ def run(backend: str, hosts: int, claims_per_round: int, rounds: int,
         with db.reader_connection() as conn:
             generation = dict(conn.execute(sa.select(cn.c.id, cn.c.generation)).all())
         per_round = []
+        pid = _server_pid() if server is not None else None
         profiler = None
         # round 0 warms up and the profiled round comes last: neither is reported
         for r in range(rounds + 1 + bool(cprofile)):
@@ -78,7 +108,7 @@ def run(backend: str, hosts: int, claims_per_round: int, rounds: int,
                 import cProfile
 
                 profiler = cProfile.Profile()
-            spent = 0.0
+            spent = server_spent = released = 0.0
             for i in range(claims_per_round):
                 node, root, host = nodes[i % len(nodes)]
                 uuid = str(uuidlib.uuid4())
@@ -89,15 +119,24 @@ def run(backend: str, hosts: int, claims_per_round: int, rounds: int,
                     share_spec=False, pending=True, host=host)
                 if profiler is not None:
                     profiler.enable()
+                s0 = _cpu_seconds(pid) if pid else 0.0
                 t0 = time.process_time()
                 result = claims.claim(db, rec)
                 spent += time.process_time() - t0
+                if pid:
+                    server_spent += _cpu_seconds(pid) - s0
                 if profiler is not None:
                     profiler.disable()
+                t0 = time.process_time()
                 generation[node] = claims.release(db, uuid).generation
+                released += time.process_time() - t0
                 assert result.generation + 1 == generation[node]
             if 0 < r <= rounds:
                 per_round.append(spent / claims_per_round * 1000)
+                if server is not None:
+                    server.append(server_spent / claims_per_round * 1000)
+                if releases is not None:
+                    releases.append(released / claims_per_round * 1000)
         if profiler is not None:
             profiler.dump_stats(cprofile)
         return per_round
@@ -112,14 +151,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--claims", type=int, default=1000, help="claims per round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cprofile", metavar="PATH", help="profile one more round's claims")
+    p.add_argument("--server-cpu", action="store_true",
+                   help="also the local MariaDB server's CPU per claim")
     args = p.parse_args(argv)
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    per_round = run(args.backend, args.hosts, args.claims, args.rounds, args.cprofile)
+    server: list[float] | None = [] if args.server_cpu else None
+    releases: list[float] = []
+    per_round = run(args.backend, args.hosts, args.claims, args.rounds, args.cprofile,
+                    server, releases)
     print(f"claim CPU per call ({args.backend}, {args.claims} claims a round), ms: "
           + " ".join(f"{v:.3f}" for v in per_round)
           + f"; median {statistics.median(per_round):.3f}; load {os.getloadavg()[0]:.1f}")
+    print(f"release CPU per call, ms: median {statistics.median(releases):.3f}")
+    if server:
+        print("server CPU per claim, ms: " + " ".join(f"{v:.3f}" for v in server)
+              + f"; median {statistics.median(server):.3f}")
     return 0
 
 

@@ -38,8 +38,9 @@ def test_sqlite_reads_are_causal_as_they_are(sqlite_db):
 
 
 def _statements_by_transaction(db):
-    """Record the statements the engine runs, grouped by transaction (a new
-    group at each begin): what a Galera node would see."""
+    """Record the statements the engines run (the kept connections' too),
+    grouped by transaction (a new group at each begin): what a Galera node
+    would see."""
     groups: list[list[str]] = []
 
     def begin(conn):
@@ -49,10 +50,17 @@ def _statements_by_transaction(db):
         if groups:
             groups[-1].append(" ".join(statement.split())[:60])
 
-    sa.event.listen(db.engine, "begin", begin)
-    sa.event.listen(db.engine, "before_cursor_execute", execute)
-    return groups, lambda: (sa.event.remove(db.engine, "begin", begin),
-                            sa.event.remove(db.engine, "before_cursor_execute", execute))
+    engines = {db.engine, db.kept_engine}
+    for engine in engines:
+        sa.event.listen(engine, "begin", begin)
+        sa.event.listen(engine, "before_cursor_execute", execute)
+
+    def stop() -> None:
+        for engine in engines:
+            sa.event.remove(engine, "begin", begin)
+            sa.event.remove(engine, "before_cursor_execute", execute)
+
+    return groups, stop
 
 
 def test_a_confirm_that_matches_fewer_decides_on_a_first_read(any_db):
