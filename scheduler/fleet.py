@@ -485,7 +485,9 @@ def _parse_aggregate(data: Any, known_hosts: set[str]) -> AggregateRecord:
     agg_name = validation.name(agg["name"], "name")
     az = optional(validation.name, agg.get("availability_zone"), "availability_zone")
     metadata = validation.metadata(agg.get("metadata") or {}, "metadata")
-    meta_az = metadata.pop("availability_zone", None)
+    # the zone is a name however it is given (metadata values may be blank)
+    meta_az = optional(validation.name, metadata.pop("availability_zone", None),
+                       "metadata.availability_zone")
     if meta_az is not None and az is not None and meta_az != az:
         raise expected("metadata.availability_zone",
                        f"the same zone as availability_zone ({az!r})", meta_az)

@@ -190,6 +190,10 @@ def test_bad_numa_topology(mutate, field):
      "metadata, name)"),
     (lambda d: d["aggregates"][1].pop("name"),
      "aggregates[1]: name: required field is missing"),
+    # a zone given in the metadata is a name as well (import refuses a blank one)
+    (lambda d: d["aggregates"][1].update(metadata={"availability_zone": " "}),
+     "aggregates[1] (ssd): metadata.availability_zone: expected a non-empty string of at "
+     "most 255 characters without control, line-separator or bidi characters, got ' '"),
 ])
 def test_bad_aggregate(mutate, message):
     assert str(_host_error(mutate)) == message
