@@ -123,7 +123,8 @@ def main(argv: list[str]) -> int:
         runs = [measure(call, args.calls) for _ in range(args.repeat)]
         thread = statistics.median(r[0] for r in runs)
         process = statistics.median(r[1] for r in runs)
-        print(f"  {name:12s} {thread:7.1f} / {process:7.1f}", flush=True)
+        print(f"  {name:12s} {thread:7.1f} / {process:7.1f}   (least {min(r[0] for r in runs):.1f}"
+              f" / {min(r[1] for r in runs):.1f})", flush=True)
     api.close()
     return 0
 
