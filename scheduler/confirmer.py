@@ -99,31 +99,56 @@ LOST = "lost"
 RELEASED = "released"       # by the caller before its confirm: nothing to confirm
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
-    """The instances of one placement request, confirmed all or none."""
+    """The instances of one placement request, confirmed all or none.
+
+    Made for every placement on the caller's thread, so it holds only what
+    that thread has at hand: its deadline and its caller are worked out when
+    a batch needs them (most requests ride on the caller's next select, sent
+    with the same context)."""
 
     uuids: tuple[str, ...]
-    deadline: float                     # time.monotonic() at which to give up
+    sent_at: float                      # time.monotonic() when its select was first sent
     ctxt: object = None                 # the select's request context
-    caller: tuple = ()                  # who that context is (batches one caller)
     queued_at: float = 0.0              # time.monotonic() when its reply arrived
     state: str = PENDING
     reason: str = ""
     released: set[str] = field(default_factory=set)     # by the caller meanwhile
-    done: threading.Event = field(default_factory=threading.Event)
+    caller: tuple | None = None         # who ``ctxt`` is (``_caller``), once asked
 
     def to_confirm(self) -> list[str]:
         return [u for u in self.uuids if u not in self.released]
 
+    def who(self) -> tuple:
+        """Who placed it (``_caller`` of its context)."""
+        if self.caller is None:
+            self.caller = _caller(self.ctxt)
+        return self.caller
+
+    def placed_by(self, ctxt, caller: Callable[[], tuple]) -> bool:
+        """Whether ``ctxt``'s caller made this request (confirms are batched per
+        caller: a batch is sent with one context); ``caller()``: who ``ctxt`` is."""
+        return self.ctxt is ctxt or self.who() == caller()
+
 
 def _caller(ctxt) -> tuple:
-    """Who a request context is, as the policy sees it: confirms are batched
-    per caller (a batch is sent with one context)."""
+    """Who a request context is, as the policy sees it."""
     from scheduler.policy import frozen
 
     values = ctxt.to_policy_values() if hasattr(ctxt, "to_policy_values") else {}
     return frozen(dict(values))
+
+
+def _who(ctxt) -> Callable[[], tuple]:
+    """``_caller(ctxt)``, worked out on the first call only."""
+    known: list[tuple] = []
+
+    def caller() -> tuple:
+        if not known:
+            known.append(_caller(ctxt))
+        return known[0]
+    return caller
 
 
 class BackgroundConfirmer:
@@ -161,18 +186,18 @@ class BackgroundConfirmer:
         first sent."""
         if not instance_uuids:
             return
-        ttl = self._option("claim_ttl", 300)
-        deadline = sent_at + ttl - min(self._option("confirm_margin", 30.0), ttl / 2) \
-            if ttl > 0 else float("inf")
-        request = _Request(tuple(instance_uuids), deadline, ctxt, _caller(ctxt),
-                           time.monotonic())
+        request = _Request(tuple(instance_uuids), sent_at, ctxt, time.monotonic())
         with self._lock:
             self._closing = False       # used again after close(): serve again
             for uuid in request.uuids:
                 self._by_uuid[uuid] = request
+            # the thread waits for the oldest request's time, which a newer one
+            # does not change: wake it only to tell it the queue has one
+            wake = not self._queue
             self._queue.append(request)
             self._start()
-            self._lock.notify_all()
+            if wake:
+                self._lock.notify_all()
 
     def forget(self, instance_uuid: str) -> None:
         """The caller releases this instance: do not confirm it (the rest of
@@ -214,13 +239,13 @@ class BackgroundConfirmer:
             for uuid in instance_uuids:
                 with self._lock:
                     request = self._by_uuid.get(uuid)
-                if request is None:
-                    continue
-                left = None if end is None else max(0.0, end - time.monotonic())
-                if not request.done.wait(left):
-                    raise oslo_messaging.MessagingTimeout(
-                        f"the confirm of {uuid} is not answered yet")
-                if request.state == LOST:
+                    while request is not None and request.state == PENDING:
+                        left = None if end is None else end - time.monotonic()
+                        if left is not None and left <= 0:
+                            raise oslo_messaging.MessagingTimeout(
+                                f"the confirm of {uuid} is not answered yet")
+                        self._lock.wait(left)       # _settle wakes the waiters
+                if request is not None and request.state == LOST:
                     raise exception.ClaimExpired(instance_uuids=list(request.uuids))
         finally:
             with self._lock:
@@ -267,22 +292,22 @@ class BackgroundConfirmer:
             # goes first): most selects of a busy client stop here
             if not self._queue or self._queue[0].queued_at > ripe:
                 return []
-        caller = _caller(ctxt)
+        caller = _who(ctxt)
         with self._lock:
-            oldest = next((r for r in self._queue if r.caller == caller), None)
+            oldest = next((r for r in self._queue if r.placed_by(ctxt, caller)), None)
             if oldest is None or oldest.queued_at > ripe:
                 return []
-            batch = self._take_caller(caller)
+            batch = self._take_caller(ctxt, caller)
             self._riding.extend(batch)
         return batch
 
-    def _take_caller(self, caller: tuple) -> list[_Request]:
-        """Off the queue (under the lock): ``caller``'s requests, oldest first,
-        up to ``MAX_BATCH`` instances."""
+    def _take_caller(self, ctxt, caller: Callable[[], tuple]) -> list[_Request]:
+        """Off the queue (under the lock): the requests of ``ctxt``'s caller
+        (``caller()``: who that is), oldest first, up to ``MAX_BATCH`` instances."""
         batch: list[_Request] = []
         count = 0
         for request in list(self._queue):
-            if request.caller != caller:
+            if not request.placed_by(ctxt, caller):
                 continue
             if batch and count + len(request.uuids) > MAX_BATCH:
                 break
@@ -360,7 +385,7 @@ class BackgroundConfirmer:
                 self._lock.wait(left)
             # the oldest request's caller's requests, oldest first, as many as fit
             first = min(self._queue, key=lambda r: r.queued_at)
-            batch = self._take_caller(first.caller)
+            batch = self._take_caller(first.ctxt, first.who)
             self._busy = True
             self._sending = list(batch)
             return batch
@@ -411,8 +436,11 @@ class BackgroundConfirmer:
 
     def _send(self, uuids: list[str], batch: list[_Request]) -> dict | None:
         """The confirm's answer, sent again while unanswered; None when the batch's
-        first deadline passed first (its requests are then lost)."""
-        deadline = min(r.deadline for r in batch)
+        first deadline passed first (its requests are then lost): ``claim_ttl``
+        after its select was sent, less ``confirm_margin``."""
+        ttl = self._option("claim_ttl", 300)
+        margin = min(self._option("confirm_margin", 30.0), ttl / 2)
+        deadline = min(r.sent_at for r in batch) + ttl - margin if ttl > 0 else float("inf")
         pause = 0.1
         while True:
             try:
@@ -442,7 +470,8 @@ class BackgroundConfirmer:
                 for uuid in old.uuids:
                     if self._by_uuid.get(uuid) is old:
                         del self._by_uuid[uuid]
-        request.done.set()
+            if self._waiters:
+                self._lock.notify_all()
 
     def _lose(self, request: _Request, reason: str) -> None:
         """The request holds nothing, or will soon: give it back, say so."""

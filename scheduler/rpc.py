@@ -290,45 +290,57 @@ def check_json(value: Any, field: str, *, max_depth: int = 16,
 
     Guards every payload before the typed validation so that a huge list, a NaN,
     a non-string key, a lone surrogate (which no database column can store) or
-    a deeply nested document is refused by name, cheaply.
+    a deeply nested document is refused by name, cheaply. Every payload of
+    every call passes here, on the client and in the daemon: the walk keeps
+    the keys above the value it is at, and spells the field's path only to
+    name it in a refusal.
     """
     from scheduler.exception import InvalidRequest
 
-    budget = [max_items]
+    trail: list[str | int] = []         # the keys and indexes from ``value`` down
+    budget = max_items
 
-    def walk(v: Any, path: str, depth: int) -> None:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise InvalidRequest(field=field, reason=f"more than {max_items} values")
+    def refuse(reason: str, at: str | None = None) -> None:
+        path = field + "".join(f"[{k}]" if type(k) is int else f".{k}" for k in trail)
+        raise InvalidRequest(field=path if at is None else at, reason=reason)
+
+    def walk(v: Any, depth: int) -> None:
+        nonlocal budget
+        budget -= 1
+        if budget < 0:
+            refuse(f"more than {max_items} values", at=field)
         if depth > max_depth:
-            raise InvalidRequest(field=path, reason=f"nested deeper than {max_depth}")
-        if v is None or isinstance(v, bool | int):
-            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2 ** 63:
-                raise InvalidRequest(field=path, reason="integer out of range")
-            return
-        if isinstance(v, float):
-            if not math.isfinite(v):
-                raise InvalidRequest(field=path, reason="must be a finite number")
-            return
+            refuse(f"nested deeper than {max_depth}")
+        # no class is two of these (their layouts conflict): the order only
+        # puts the common ones first
         if isinstance(v, str):
             if len(v) > max_str:
-                raise InvalidRequest(field=path, reason=f"longer than {max_str} characters")
-            if _SURROGATE.search(v):
-                raise InvalidRequest(field=path, reason=_NOT_TEXT)
-            return
-        if isinstance(v, list | tuple):
-            for i, item in enumerate(v):
-                walk(item, f"{path}[{i}]", depth + 1)
-            return
-        if isinstance(v, dict):
+                refuse(f"longer than {max_str} characters")
+            if not v.isascii() and _SURROGATE.search(v):
+                refuse(_NOT_TEXT)
+        elif isinstance(v, dict):
             for k, item in v.items():
                 if not isinstance(k, str):
-                    raise InvalidRequest(field=path, reason="keys must be strings")
-                if _SURROGATE.search(k):
-                    raise InvalidRequest(field=path, reason=_NOT_TEXT)
-                walk(item, f"{path}.{k}", depth + 1)
-            return
-        raise InvalidRequest(field=path,
-                             reason=f"{type(v).__name__} is not a JSON value")
+                    refuse("keys must be strings")
+                if not k.isascii() and _SURROGATE.search(k):
+                    refuse(_NOT_TEXT)
+                trail.append(k)
+                walk(item, depth + 1)
+                trail.pop()
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                trail.append(i)
+                walk(item, depth + 1)
+                trail.pop()
+        elif v is None or isinstance(v, bool):
+            pass
+        elif isinstance(v, int):
+            if abs(v) >= 2 ** 63:
+                refuse("integer out of range")
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                refuse("must be a finite number")
+        else:
+            refuse(f"{type(v).__name__} is not a JSON value")
 
-    walk(value, field, 0)
+    walk(value, 0)

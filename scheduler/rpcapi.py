@@ -42,18 +42,17 @@ import oslo_messaging
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from scheduler import confirmer, rpc
+from scheduler import confirmer, exception, rpc
 
 LOG = logging.getLogger(__name__)
 
 _UNSET = object()
+_CLIENTS = object()     # prepare(): the client's own timeout and call monitor
 CONFIRM_MODES = ("auto", "sync", "manual", "none")
 
 
 def _older_scheduler(error: BaseException) -> bool:
     """Whether ``error`` is a scheduler's refusal of the call's API version."""
-    from scheduler import exception
-
     return isinstance(error, exception.InvalidRequest) \
         and getattr(error, "kwargs", {}).get("field") == "version"
 
@@ -110,19 +109,47 @@ class SchedulerAPI:
         self.admin_client = self.client if admin is None else rpc.get_client(
             self.transport, admin, version_cap=conf.scheduler.rpc_version_cap,
             timeout=timeout, retry=retry, exchange=broker.exchange_of(conf, admin=True))
+        self._prepared: dict[tuple, Any] = {}
+        self._sendable: dict[tuple, bool] = {}
+
+    def _prepare(self, client: oslo_messaging.RPCClient, version: str,
+                 timeout: Any = _CLIENTS, call_monitor_timeout: Any = _CLIENTS) -> Any:
+        """``client.prepare(version=..., ...)``, made once per client and
+        arguments: a prepared call context holds no call's state, and every
+        call of a client would otherwise build the same one again."""
+        key = (client, client.version_cap, version, timeout, call_monitor_timeout)
+        cctxt = self._prepared.get(key)
+        if cctxt is None:
+            kw = {} if timeout is _CLIENTS else {"timeout": timeout,
+                                                 "call_monitor_timeout": call_monitor_timeout}
+            cctxt = self._prepared[key] = client.prepare(version=version, **kw)
+        return cctxt
+
+    def _can_send(self, version: str, client: oslo_messaging.RPCClient | None = None
+                  ) -> bool:
+        """``client.can_send_version(version)`` (default: the compute client),
+        asked once per version cap and version: the answer depends on nothing
+        else."""
+        client = client or self.client
+        key = (client.version_cap, version)
+        can = self._sendable.get(key)
+        if can is None:
+            can = self._sendable[key] = client.can_send_version(version)
+        return can
 
     def _send(self, cctxt, ctxt, method: str, **kwargs: Any) -> Any:
         """``cctxt.call(ctxt, method, **kwargs)``, sent again while the scheduler
         answers that it is busy (it did nothing: safe for every method), for at
         most ``[scheduler] busy_retry_timeout`` seconds."""
-        from scheduler import admission, exception
-
-        give_up = time.monotonic() + self.conf.scheduler.busy_retry_timeout
+        sent_at = time.monotonic()
         pause = 0.1
         while True:
             try:
                 return cctxt.call(ctxt, method, **kwargs)
             except exception.ServiceUnavailable as e:
+                from scheduler import admission
+
+                give_up = sent_at + self.conf.scheduler.busy_retry_timeout
                 if admission.BUSY not in str(e) or time.monotonic() + pause > give_up:
                     raise
             LOG.debug("The scheduler is busy; sending %s again in %.1f s", method, pause)
@@ -146,18 +173,16 @@ class SchedulerAPI:
     def _call(self, ctxt, method: str, *, version: str = "1.0", **kwargs: Any) -> Any:
         rpc.check_json(kwargs, "arguments")
         client = self.client if method in rpc.COMPUTE_METHODS else self.admin_client
-        return self._send(client.prepare(version=version), ctxt or rpc.new_context(), method,
-                                                    **kwargs)
+        return self._send(self._prepare(client, version), ctxt or rpc.new_context(), method,
+                          **kwargs)
 
     def _holds(self, confirm: str) -> bool:
         """Whether placements are made pending (``confirm`` auto or manual, and the
         daemon speaks 1.1)."""
         if confirm not in CONFIRM_MODES:
-            from scheduler import exception
-
             raise exception.InvalidRequest(field="confirm",
                                            reason=f"expected one of {', '.join(CONFIRM_MODES)}")
-        return confirm != "none" and self.client.can_send_version("1.1")
+        return confirm != "none" and self._can_send("1.1")
 
     def _confirmed(self, ctxt, placements: list, uuid_of) -> list:
         """Confirm the placements just received (``confirm="sync"``); sent again
@@ -171,8 +196,6 @@ class SchedulerAPI:
         all, they are released too; if that fails as well and the confirm had
         in fact been written, the claims stay held (``berth-manage allocations
         list`` shows them)."""
-        from scheduler import exception
-
         uuids = [uuid_of(p) for p in placements]
         if not uuids:
             return placements
@@ -261,9 +284,7 @@ class SchedulerAPI:
             else {}
         version = "1.1" if kw else "1.0"
         if allow_preemption:
-            if not self.client.can_send_version("1.3"):
-                from scheduler import exception
-
+            if not self._can_send("1.3"):
                 raise exception.InvalidRequest(
                     field="allow_preemption",
                     reason="needs RPC API 1.3 ([scheduler] rpc_version_cap is "
@@ -275,9 +296,9 @@ class SchedulerAPI:
         if riding:
             kw["confirm_instances"] = confirmer.BackgroundConfirmer.uuids_of(riding)
             version = "1.4"
-        cctxt = self.client.prepare(version=version,
-                                    timeout=self.conf.scheduler.long_rpc_timeout,
-                                    call_monitor_timeout=monitor)
+        cctxt = self._prepare(self.client, version,
+                              timeout=self.conf.scheduler.long_rpc_timeout,
+                              call_monitor_timeout=monitor)
         retries = 0 if dry_run else self.conf.scheduler.select_retries
         if retries and instance_uuids is None and isinstance(request_spec, dict) \
                 and not request_spec.get("instance_uuids"):
@@ -330,7 +351,7 @@ class SchedulerAPI:
         """The background confirmer's queued placements of ``ctxt``'s caller, for
         this select to carry (``confirm_instances``, RPC API 1.4)."""
         if self._confirmer is None or not self._carry \
-                or not self.client.can_send_version("1.4"):
+                or not self._can_send("1.4"):
             return []
         return self._confirmer.take(ctxt)
 
@@ -343,9 +364,9 @@ class SchedulerAPI:
         """
         rpc.check_json(request_spec, "request_spec")
         monitor = self.timeout or self.conf.rpc_response_timeout
-        cctxt = self.admin_client.prepare(version="1.1",
-                                          timeout=self.conf.scheduler.long_rpc_timeout,
-                                          call_monitor_timeout=monitor)
+        cctxt = self._prepare(self.admin_client, "1.1",
+                              timeout=self.conf.scheduler.long_rpc_timeout,
+                              call_monitor_timeout=monitor)
         return self._send(cctxt, ctxt or rpc.new_context(), "capacity",
                           request_spec=request_spec,
                           per_az=per_az, per_aggregate=per_aggregate)
@@ -390,9 +411,9 @@ class SchedulerAPI:
         if isinstance(move, dict) and move.get("migration_uuid") is None:
             move = dict(move, migration_uuid=str(uuidlib.uuid4()))
         monitor = self.timeout or self.conf.rpc_response_timeout
-        cctxt = self.client.prepare(version="1.2",
-                                    timeout=self.conf.scheduler.long_rpc_timeout,
-                                    call_monitor_timeout=monitor)
+        cctxt = self._prepare(self.client, "1.2",
+                              timeout=self.conf.scheduler.long_rpc_timeout,
+                              call_monitor_timeout=monitor)
         ctxt = ctxt or rpc.new_context()
         retries = self.conf.scheduler.select_retries
         for attempt in range(retries + 1):
@@ -464,12 +485,10 @@ class SchedulerAPI:
         if hosts is None:
             return {"name": name, "host": host}
         hosts = list(hosts)
-        if self.admin_client.can_send_version("1.1"):
+        if self._can_send("1.1", self.admin_client):
             return {"version": "1.1", "name": name, "host": host, "hosts": hosts}
         if host is None and len(hosts) == 1:
             return {"name": name, "host": hosts[0]}
-        from scheduler import exception
-
         raise exception.InvalidRequest(
             field="hosts", reason="several hosts in one call need RPC API 1.1 "
                                   "([scheduler] rpc_version_cap is "

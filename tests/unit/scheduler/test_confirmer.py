@@ -421,3 +421,25 @@ def test_a_scheduler_older_than_1_4_gets_the_select_without_the_confirms(
         assert api._carry is False and api._confirmer.calls >= 1
         assert caplog.text.count("does not serve RPC API 1.4") == 1
         api.close()
+
+
+def test_a_select_carries_the_confirms_of_its_caller_whatever_context_object(
+        monkeypatch, scheduler_options):
+    """A caller that passes one context to every select, and one that makes a
+    context per request: their queued placements ride alike; another caller's
+    stay queued."""
+    from oslo_context.context import RequestContext
+
+    from scheduler import confirmer
+
+    monkeypatch.setattr(confirmer.BackgroundConfirmer, "_start", lambda self: None)
+    scheduler_options(confirm_batch_delay=0.0)
+    queue = confirmer.BackgroundConfirmer(api=None)
+    mine = RequestContext(roles=["member"], project_id="pa")
+    again = RequestContext(roles=["member"], project_id="pa")
+    theirs = RequestContext(roles=["member"], project_id="pb")
+    for n, ctxt in enumerate((mine, theirs, again, mine)):
+        queue.add([f"u{n}"], time.monotonic(), ctxt)
+    assert queue.uuids_of(queue.take(again)) == ["u0", "u2", "u3"]
+    assert queue.uuids_of(queue.take(mine)) == []
+    assert queue.uuids_of(queue.take(theirs)) == ["u1"]

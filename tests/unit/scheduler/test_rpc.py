@@ -56,3 +56,95 @@ def test_hostile_context_does_not_break_the_call():
     assert isinstance(s.deserialize_context({"roles": 5, "is_admin": "x"}),
                       oslo_context.RequestContext)
     assert s.serialize_context(None) == {}
+
+
+def _reference_check_json(value, field, *, max_depth=16, max_items=10000, max_str=65536):
+    """The payload guard's rule spelt plainly (the path built at every step):
+    ``rpc.check_json`` must refuse exactly what this refuses, naming the same
+    field for the same reason."""
+    import math
+    import re
+
+    surrogate = re.compile("[\ud800-\udfff]")
+    budget = [max_items]
+
+    def walk(v, path, depth):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise InvalidRequest(field=field, reason=f"more than {max_items} values")
+        if depth > max_depth:
+            raise InvalidRequest(field=path, reason=f"nested deeper than {max_depth}")
+        if v is None or isinstance(v, bool | int):
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2 ** 63:
+                raise InvalidRequest(field=path, reason="integer out of range")
+            return
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise InvalidRequest(field=path, reason="must be a finite number")
+            return
+        if isinstance(v, str):
+            if len(v) > max_str:
+                raise InvalidRequest(field=path, reason=f"longer than {max_str} characters")
+            if surrogate.search(v):
+                raise InvalidRequest(field=path, reason=rpc._NOT_TEXT)
+            return
+        if isinstance(v, list | tuple):
+            for i, item in enumerate(v):
+                walk(item, f"{path}[{i}]", depth + 1)
+            return
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise InvalidRequest(field=path, reason="keys must be strings")
+                if surrogate.search(k):
+                    raise InvalidRequest(field=path, reason=rpc._NOT_TEXT)
+                walk(item, f"{path}.{k}", depth + 1)
+            return
+        raise InvalidRequest(field=path, reason=f"{type(v).__name__} is not a JSON value")
+
+    walk(value, field, 0)
+
+
+def _outcome(check, value, **limits):
+    try:
+        check(value, "f", **limits)
+    except InvalidRequest as e:
+        return e.field, e.reason
+    return None
+
+
+def _random_value(rng, depth=0):
+    """A JSON-like value, now and then with something that may not travel."""
+    import collections
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    leaves = [None, True, False, 0, -7, 2 ** 63 - 1, 2 ** 63, -(2 ** 63), 1.5,
+              float("nan"), float("-inf"), "", "x", "é", "a\ud800", "y" * 40,
+              Level.HIGH, b"b", object(), {1, 2}]
+    pick = rng.random()
+    if depth > 20 or pick < 0.5:
+        return rng.choice(leaves)
+    if pick < 0.7:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if pick < 0.75:
+        return tuple(_random_value(rng, depth + 1) for _ in range(rng.randrange(3)))
+    keys = ["a", "b", "flavor", "é", 1, "k\udc00", None]
+    items = {rng.choice(keys): _random_value(rng, depth + 1) for _ in range(rng.randrange(4))}
+    return collections.OrderedDict(items) if pick > 0.95 else items
+
+
+def test_check_json_refuses_what_the_plain_rule_refuses():
+    """The same outcome (accepted, or the same field and reason) as the rule
+    spelt plainly, over random documents, with the limits met on the way."""
+    import random
+
+    rng = random.Random(4)
+    limits = [{}, {"max_depth": 3}, {"max_items": 12}, {"max_items": 3}, {"max_str": 2}]
+    for _ in range(3000):
+        value = _random_value(rng)
+        for lim in limits:
+            assert _outcome(rpc.check_json, value, **lim) == \
+                _outcome(_reference_check_json, value, **lim), (value, lim)

@@ -153,3 +153,93 @@ def test_stop_gives_up_after_the_timeout(daemon):
     assert time.monotonic() - started < 3
     scheduler.gate.set()
     time.sleep(1)  # let the abandoned drain finish before the transport goes away
+
+
+class _Recorder:
+    """A transport that answers at once and keeps what each call sent."""
+
+    def __init__(self, conf):
+        self.transport = oslo_messaging.get_rpc_transport(conf, url="fake:/")
+        self.transport._driver.send = self._send
+        self.sent: list[dict] = []
+
+    def _send(self, target, ctxt, message, wait_for_reply=None, timeout=None,
+              call_monitor_timeout=None, retry=None, transport_options=None):
+        args = message["args"]
+        self.sent.append({"topic": target.topic, "version": target.version,
+                          "method": message["method"], "args": args, "timeout": timeout,
+                          "monitor": call_monitor_timeout})
+        if message["method"] == "select_destinations":
+            return [[{"instance_uuid": u}] for u in args["instance_uuids"]]
+        return []
+
+
+@pytest.fixture
+def recorder(scheduler_options):
+    scheduler_options(select_retries=1)
+    return _Recorder(cfg.CONF)
+
+
+def test_each_call_is_prepared_from_the_options_of_its_moment(recorder, scheduler_options):
+    """The call contexts a client keeps serve every call with the same
+    arguments; a changed option or another version gets a context of its own."""
+    api = SchedulerAPI(cfg.CONF, transport=recorder.transport)
+    prepared = []
+    real_prepare = api.client.prepare
+    api.client.prepare = lambda **kw: prepared.append(kw) or real_prepare(**kw)
+    for _ in range(3):
+        api.select_destinations(None, SPEC, confirm="none")
+    assert len(prepared) == 1
+    cfg.CONF.set_override("long_rpc_timeout", 77, group="scheduler")
+    cfg.CONF.set_override("rpc_response_timeout", 5)
+    try:
+        api.select_destinations(None, SPEC, confirm="none")
+        api.select_destinations(None, SPEC, confirm="manual")
+        api.ping()
+    finally:
+        cfg.CONF.clear_override("long_rpc_timeout", group="scheduler")
+        cfg.CONF.clear_override("rpc_response_timeout")
+    api.select_destinations(None, SPEC, confirm="none")
+    api.ping()
+    sent = [(s["method"], s["version"], s["timeout"], s["monitor"]) for s in recorder.sent]
+    assert sent == [("select_destinations", "1.0", 1800, 60)] * 3 + [
+        ("select_destinations", "1.0", 77, 5), ("select_destinations", "1.1", 77, 5),
+        ("ping", "1.0", 5, None), ("select_destinations", "1.0", 1800, 60),
+        ("ping", "1.0", 60, None)]
+    assert recorder.sent[4]["args"]["pending"] is True
+    assert "pending" not in recorder.sent[3]["args"]
+
+
+def test_admin_and_compute_calls_keep_their_own_topics(recorder, scheduler_options):
+    scheduler_options(admin_topic="berth_admin_test")
+    api = SchedulerAPI(cfg.CONF, transport=recorder.transport)
+    for _ in range(2):
+        api.ping()
+        api.list_hosts(None)
+        api.aggregate_add_host(None, "a1", hosts=["h1"])
+    assert [(s["topic"], s["method"], s["version"]) for s in recorder.sent] == [
+        ("scheduler", "ping", "1.0"), ("berth_admin_test", "list_hosts", "1.0"),
+        ("berth_admin_test", "aggregate_add_host", "1.1")] * 2
+
+
+def test_what_a_client_may_send_follows_its_version_cap(recorder, scheduler_options):
+    """Clients of one process with other caps, or a cap changed on a client,
+    are each answered by their own cap."""
+    scheduler_options(rpc_version_cap="1.0")
+    capped = SchedulerAPI(cfg.CONF, transport=recorder.transport)
+    cfg.CONF.clear_override("rpc_version_cap", group="scheduler")
+    newest = SchedulerAPI(cfg.CONF, transport=recorder.transport)
+    for api in (capped, newest, capped, newest):
+        api.select_destinations(None, SPEC, confirm="manual")
+    assert [(s["version"], "pending" in s["args"]) for s in recorder.sent] == [
+        ("1.0", False), ("1.1", True)] * 2
+    with pytest.raises(exception.InvalidRequest, match="1.3"):
+        capped.select_destinations(None, SPEC, allow_preemption=True)
+    newest.client.version_cap = "1.2"
+    with pytest.raises(exception.InvalidRequest, match="1.3"):
+        newest.select_destinations(None, SPEC, allow_preemption=True)
+    newest.client.version_cap = "1.0"
+    newest.select_destinations(None, SPEC, confirm="manual")
+    assert recorder.sent[-1]["version"] == "1.0"
+    with pytest.raises(oslo_messaging.RPCVersionCapError):
+        newest.confirm(None, ["x"])
