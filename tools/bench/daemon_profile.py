@@ -61,12 +61,12 @@ BROKER_PORT, DATABASE_PORT = 5672, 3306
 # -- the client processes ------------------------------------------------------------------
 
 def client_main(argv: list[str]) -> int:
-    """One client process: wait for ``start_at``, place until ``seconds`` have
-    passed, print JSON (latencies, uuids, own CPU seconds)."""
+    """One client process: connect, print ``ready``, read the window's start
+    (a time) from stdin, wait for it, place until ``seconds`` after it, print
+    JSON (latencies, uuids, own CPU seconds)."""
     p = argparse.ArgumentParser()
     p.add_argument("--topic", required=True)
     p.add_argument("--transport-url", required=True)
-    p.add_argument("--start-at", type=float, required=True)
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--confirm", default="auto")
     p.add_argument("--call", choices=("select", "ping", "bare"), default="select")
@@ -88,7 +88,11 @@ def client_main(argv: list[str]) -> int:
         bare.call(ctxt, "noop")                         # connections made before the window
     else:
         api.ping()                                      # connections made before the window
-    time.sleep(max(0.0, args.start_at - time.time()))
+    # ready: the driver answers with the window's start once every client is
+    # (on one CPU sixteen clients take longer to start than any fixed lead)
+    print("ready", flush=True)
+    start_at = float(sys.stdin.readline())
+    time.sleep(max(0.0, start_at - time.time()))
     cpu0 = _own_cpu()
     threads0 = _thread_cpu()
     latencies, uuids, errors = [], [], 0
@@ -97,8 +101,8 @@ def client_main(argv: list[str]) -> int:
         import cProfile
         profiler = cProfile.Profile()
         profiler.enable()
-    deadline = time.perf_counter() + args.seconds
-    while time.perf_counter() < deadline:
+    deadline = start_at + args.seconds
+    while time.time() < deadline:
         t0 = time.perf_counter()
         try:
             if args.call == "ping":
@@ -325,14 +329,23 @@ def run_clients(topic: str, transport_url: str, clients: int, seconds: float,
     """One measured run; the placements are released afterwards (outside it).
     ``call`` ping: bare calls (the RPC path without Berth's work).
     ``cprofile_dir``: each client writes its window's cProfile stats there."""
-    start_at = time.time() + 3.0 + clients * 0.3
     procs = [subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "client", "--topic", topic,
-         "--transport-url", transport_url, "--start-at", repr(start_at),
+         "--transport-url", transport_url,
          "--seconds", repr(seconds), "--confirm", confirm, "--call", call]
         + (["--cprofile", os.path.join(cprofile_dir, f"client-{call}-{confirm}-{i}.prof")]
            if cprofile_dir else []),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for i in range(clients)]
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for i in range(clients)]
+    for proc in procs:
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a client process ended before it was ready "
+                               f"(exit code {proc.wait()})")
+    # every client is connected: the window starts for all at once
+    start_at = time.time() + 0.5
+    for proc in procs:
+        proc.stdin.write(f"{start_at!r}\n")
+        proc.stdin.flush()
     broker, database = _listening(BROKER_PORT), _listening(DATABASE_PORT)
     time.sleep(max(0.0, start_at - time.time()))
     spy = None

@@ -190,8 +190,9 @@ def test_instances_placed_otherwise_are_taken_as_confirmed(any_db, daemon):
 def test_an_instance_its_caller_releases_first_is_not_confirmed(any_db, daemon, scheduler_options,
                                                                 caplog):
     """A build that failed at once: the caller releases before the confirm
-    goes. Nothing is lost or logged; the rest of the request is confirmed."""
-    scheduler_options(confirm_batch_delay=0.3)
+    goes. Nothing is lost or logged; the rest of the request is confirmed.
+    (The batch waits long enough for both releases on a busy machine.)"""
+    scheduler_options(confirm_batch_delay=2.0)
     gone = placed(daemon)
     pair = placed(daemon, TWO)
     assert daemon.release(None, gone[0]) is True
