@@ -21,6 +21,7 @@ import datetime
 import functools
 import itertools
 import json
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
@@ -400,14 +401,15 @@ def _write_batch(conn, rec: ClaimRecord, now: datetime.datetime, journal: tuple 
     conflict in statement order wins over an error of a later statement, as
     when the statements run one by one (the later one would not have run)."""
     parts: list[tuple[Precompiled, tuple]] = []
-    expected: list[tuple[int, int, ClaimConflict]] = []    # (part, row count, else)
+    # (part, its row count, the conflict it tells otherwise)
+    expected: list[tuple[int, int, Callable[[ClaimRecord], ClaimConflict]]] = []
     if rec.items:
-        expected.append((len(parts), len(rec.items), _no_longer_fit(rec)))
+        expected.append((len(parts), len(rec.items), _no_longer_fit))
         parts.append((_take_precompiled(len(rec.items)),
                       tuple(itertools.chain.from_iterable(rec.items))))
     if journal is not None:
         parts.append((node_changes.INSERT, journal))
-    expected.append((len(parts), 1, _node_changed(rec)))
+    expected.append((len(parts), 1, _node_changed))
     parts.append(node)
     if rec.victims is not None:
         parts.append((_VICTIMS_GONE, (len(rec.victims.uuids), now, rec.node_id)))
@@ -420,19 +422,19 @@ def _write_batch(conn, rec: ClaimRecord, now: datetime.datetime, journal: tuple 
     counts: list[int] = []
     try:
         precompiled.execute_batch(conn, parts, counts)
-    except Exception:
+    except Exception as e:
         conflict = _first_conflict(counts, expected)
-        if conflict is None:
-            raise
-    else:
-        conflict = _first_conflict(counts, expected)
-        if conflict is None:
-            return
-    raise conflict
+        if conflict is None or isinstance(e, db_exc.DBConnectionError) \
+                or getattr(e, "connection_invalidated", False):
+            raise       # a lost connection is dropped (hot_writer), whatever came before
+        raise conflict(rec) from e
+    conflict = _first_conflict(counts, expected)
+    if conflict is not None:
+        raise conflict(rec)
 
 
-def _first_conflict(counts: list[int], expected) -> ClaimConflict | None:
-    """The first conflict the row counts read so far tell, if any."""
+def _first_conflict(counts: list[int], expected):
+    """The first conflict the row counts read so far tell, if any (its maker)."""
     for part, rows, conflict in expected:
         if part >= len(counts):
             return None

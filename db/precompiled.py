@@ -228,3 +228,8 @@ def execute_batch(conn: Connection, parts: Sequence[tuple[Precompiled, Sequence]
         cursor.close()
     conn.exec_driver_sql(sql, execution_options={"no_parameters": True,
                                                  _BATCH_COUNTS: counts})
+    if len(counts) != len(parts):
+        # the results were not read (the engine does not ``accept_batches``):
+        # the caller would decide on counts it does not have
+        raise RuntimeError(f"a batch of {len(parts)} statements read {len(counts)} "
+                           f"results: its engine does not take batches")

@@ -103,10 +103,9 @@ RELEASED = "released"       # by the caller before its confirm: nothing to confi
 class _Request:
     """The instances of one placement request, confirmed all or none.
 
-    Made for every placement on the caller's thread, so it holds only what
-    that thread has at hand: its deadline and its caller are worked out when
-    a batch needs them (most requests ride on the caller's next select, sent
-    with the same context)."""
+    Made for every placement on the caller's thread: its deadline is worked
+    out when a batch needs it; its caller is who the select's context was
+    when the reply came (a context object used again may have changed)."""
 
     uuids: tuple[str, ...]
     sent_at: float                      # time.monotonic() when its select was first sent
@@ -115,7 +114,7 @@ class _Request:
     state: str = PENDING
     reason: str = ""
     released: set[str] = field(default_factory=set)     # by the caller meanwhile
-    caller: tuple | None = None         # who ``ctxt`` is (``_caller``), once asked
+    caller: tuple | None = None         # who ``ctxt`` was (``_caller``) when queued
 
     def to_confirm(self) -> list[str]:
         return [u for u in self.uuids if u not in self.released]
@@ -128,8 +127,9 @@ class _Request:
 
     def placed_by(self, ctxt, caller: Callable[[], tuple]) -> bool:
         """Whether ``ctxt``'s caller made this request (confirms are batched per
-        caller: a batch is sent with one context); ``caller()``: who ``ctxt`` is."""
-        return self.ctxt is ctxt or self.who() == caller()
+        caller: a batch is sent with one context); ``caller()``: who ``ctxt`` is
+        now (the same object may stand for someone else by now)."""
+        return self.who() == caller()
 
 
 def _caller(ctxt) -> tuple:
@@ -186,7 +186,8 @@ class BackgroundConfirmer:
         first sent."""
         if not instance_uuids:
             return
-        request = _Request(tuple(instance_uuids), sent_at, ctxt, time.monotonic())
+        request = _Request(tuple(instance_uuids), sent_at, ctxt, time.monotonic(),
+                           caller=_caller(ctxt))
         with self._lock:
             self._closing = False       # used again after close(): serve again
             for uuid in request.uuids:

@@ -262,6 +262,10 @@ def vector_verdicts(step: Step, state: Any, cols: HostColumns) -> Verdicts:
             continue            # no row refused for it: nothing to write
         if answers is _NO_ANSWERS:
             answers = ClassAnswers(0)
+        if not refused.flags.owndata:
+            # a view of the live columns (e.g. ``cols.disabled``), which a
+            # refresh rewrites in place: the request keeps this moment's answer
+            refused = refused.copy()
         refused_by.append((answers.code_of(reason), refused))
     return Verdicts(step, state, n, answers, classed=None, refused=refused_by)
 

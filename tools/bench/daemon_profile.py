@@ -89,7 +89,6 @@ def client_main(argv: list[str]) -> int:
     else:
         api.ping()                                      # connections made before the window
     # ready: the driver answers with the window's start once every client is
-    # (on one CPU sixteen clients take longer to start than any fixed lead)
     print("ready", flush=True)
     start_at = float(sys.stdin.readline())
     time.sleep(max(0.0, start_at - time.time()))
@@ -283,26 +282,35 @@ def _threads(pid: int) -> list[int]:
 def pinned(cpus: set[int] | None):
     """Run the experiment on ``cpus`` only: this process (and so the daemon and
     the clients it starts), and every thread of the shared broker and database
-    server; their own affinity is given back afterwards. None: as they are."""
+    server; afterwards each of their threads, those started meanwhile too,
+    gets its process's own affinity back. None: as they are."""
     if not cpus:
         yield
         return
-    saved: dict[int, set[int]] = {}
+    processes: dict[int, set[int]] = {}         # pid -> its affinity before
+    threads: dict[int, set[int]] = {}           # tid -> its own (a bound scheduler's)
     for pid in [os.getpid()] + _listening(BROKER_PORT) + _listening(DATABASE_PORT):
+        try:
+            processes[pid] = os.sched_getaffinity(pid)
+        except OSError:
+            continue
         for tid in _threads(pid):
             try:
-                saved[tid] = os.sched_getaffinity(tid)
+                threads[tid] = os.sched_getaffinity(tid)
                 os.sched_setaffinity(tid, cpus)
             except OSError:
                 pass        # a thread that ended meanwhile
+        if os.sched_getaffinity(pid) != cpus:
+            print(f"warning: process {pid} could not be pinned (not root?)", flush=True)
     try:
         yield
     finally:
-        for tid, mask in saved.items():
-            try:
-                os.sched_setaffinity(tid, mask)
-            except OSError:
-                pass
+        for pid, mask in processes.items():
+            for tid in _threads(pid):
+                try:
+                    os.sched_setaffinity(tid, threads.get(tid, mask))
+                except OSError:
+                    pass
 
 
 def _free_port() -> int:

@@ -444,3 +444,25 @@ def test_a_select_carries_the_confirms_of_its_caller_whatever_context_object(
     assert queue.uuids_of(queue.take(again)) == ["u0", "u2", "u3"]
     assert queue.uuids_of(queue.take(mine)) == []
     assert queue.uuids_of(queue.take(theirs)) == ["u1"]
+
+
+def test_a_context_object_used_again_for_another_caller_does_not_take_the_first_ones(
+        monkeypatch, scheduler_options):
+    """The placements queued under one context object stay its first caller's
+    when the object is changed to stand for another project: a select sent
+    with it now does not carry them (the other project could not confirm them,
+    and they would be given back)."""
+    from oslo_context.context import RequestContext
+
+    from scheduler import confirmer
+
+    monkeypatch.setattr(confirmer.BackgroundConfirmer, "_start", lambda self: None)
+    scheduler_options(confirm_batch_delay=0.0)
+    queue = confirmer.BackgroundConfirmer(api=None)
+    ctxt = RequestContext(roles=["member"], project_id="pa")
+    queue.add(["u0"], time.monotonic(), ctxt)
+    ctxt.project_id = "pb"
+    queue.add(["u1"], time.monotonic(), ctxt)
+    assert queue.uuids_of(queue.take(ctxt)) == ["u1"]
+    assert queue.uuids_of(queue.take(RequestContext(roles=["member"], project_id="pa"))) \
+        == ["u0"]

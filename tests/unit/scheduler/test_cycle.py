@@ -184,3 +184,34 @@ def test_steps_run_vector_filters_first_in_configured_order():
     assert order.index("RamFilter") < order.index("_ByName")
     cycle = cycles.Cycle(tuple(steps), [], HostColumns([fakes.fake_host()]), keep=1)
     assert cycle._run_order == steps.run_order
+
+
+class _LiveMask(BaseHostFilter):
+    """Refuses the rows of a bool column it hands over as is (a view of the
+    live column, as ``ComputeFilter`` hands ``cols.disabled``)."""
+
+    def __init__(self, conf, column):
+        super().__init__(conf)
+        self.column = column
+
+    def refusals(self, cols, request):
+        return [("marked", self.column[:])]
+
+
+def test_a_vector_filter_s_mask_is_the_moment_it_answered():
+    """A mask that is a view of a column rewritten in place afterwards (a
+    refresh) does not change the request's answers: the candidates already
+    taken, the explanation and the codes read later agree."""
+    column = np.array([True, False, False, False])
+    flt = _LiveMask(cfg.CONF, column)
+    hosts = [fakes.fake_host(f"h{i}") for i in range(4)]
+    cycle = cycles.Cycle(cycles.plan([flt]), [], HostColumns(hosts), keep=1)
+    request = testing.request(fakes.fake_spec())
+    rows, removed = cycle.candidates(request)
+    assert rows.tolist() == [1, 2, 3] and removed["_LiveMask"] == 1
+    column[:] = [False, True, True, False]       # rewritten after the answer
+    summary = cycle.explain(request).summary(0)
+    assert [f["reasons"] for f in summary["filters"] if f["filter"] == "_LiveMask"] == \
+        [{"marked": 1}]
+    again, _ = cycle.candidates(request)
+    assert again.tolist() == [1, 2, 3]
