@@ -38,7 +38,6 @@ import dataclasses
 import gc
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -123,24 +122,9 @@ def _dump() -> None:
 
 def measure(workdir: str, requests: int, flavors: str) -> None:
     workdir = os.path.abspath(workdir)
-    for name in os.listdir(workdir):
-        if name.startswith("callgrind.out") and name != instructions.DUMP_NAME:
-            os.unlink(os.path.join(workdir, name))
-    base = os.path.join(workdir, "callgrind.out")
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=yes",
-           f"--callgrind-out-file={base}", sys.executable, os.path.abspath(__file__),
-           "run", workdir, "--requests", str(requests), "--flavors", flavors,
-           "--under-callgrind"]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONHASHSEED": "0",
-           "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"valgrind failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    dumps = [n for n in os.listdir(workdir) if re.fullmatch(r"callgrind\.out\.\d+", n)]
-    if len(dumps) != 1:
-        raise RuntimeError(f"expected one dump, found {dumps}")
-    os.replace(os.path.join(workdir, dumps[0]), os.path.join(workdir, DUMP_NAME))
+    instructions.run_under_callgrind(
+        __file__, ["run", workdir, "--requests", str(requests), "--flavors", flavors,
+                   "--under-callgrind"], workdir, DUMP_NAME, keep=(instructions.DUMP_NAME,))
     ir = instructions._summary(os.path.join(workdir, DUMP_NAME))
     print(f"{ir:,} instructions over {requests} {flavors} placements: "
           f"{ir / requests / 1e6:.3f} M per placement; dump {workdir}/{DUMP_NAME}")

@@ -154,28 +154,38 @@ def _summary(dump: str) -> int:
     raise RuntimeError(f"no summary in {dump}")
 
 
-def measure(workdir: str, limit: int | None) -> None:
-    workdir = os.path.abspath(workdir)
+def run_under_callgrind(script: str, args: list[str], workdir: str, dump_name: str,
+                        keep: tuple[str, ...] = ()) -> str:
+    """Run ``script`` with ``args`` under callgrind (instructions counted from
+    the process's own ``callgrind_control -z``/``-d``), the repository root
+    first on its path, with a fixed hash seed; its one dump is renamed
+    ``workdir/dump_name``, whose path is returned. Earlier dumps in
+    ``workdir`` are removed first, but for the names in ``keep``."""
     for name in os.listdir(workdir):
-        if name.startswith("callgrind.out"):
+        if name.startswith("callgrind.out") and name not in keep:
             os.unlink(os.path.join(workdir, name))
     base = os.path.join(workdir, "callgrind.out")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=yes",
-           f"--callgrind-out-file={base}", sys.executable,
-           os.path.abspath(__file__), "replay", workdir, "--under-callgrind"]
-    if limit:
-        cmd += ["--limit", str(limit)]
+           f"--callgrind-out-file={base}", sys.executable, os.path.abspath(script), *args]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONHASHSEED": "0",
            "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"valgrind failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     dumps = [n for n in os.listdir(workdir) if re.fullmatch(r"callgrind\.out\.\d+", n)]
     if len(dumps) != 1:
         raise RuntimeError(f"expected one dump, found {dumps}")
-    os.replace(os.path.join(workdir, dumps[0]), os.path.join(workdir, DUMP_NAME))
+    path = os.path.join(workdir, dump_name)
+    os.replace(os.path.join(workdir, dumps[0]), path)
+    return path
+
+
+def measure(workdir: str, limit: int | None) -> None:
+    workdir = os.path.abspath(workdir)
+    t0 = time.perf_counter()
+    run_under_callgrind(__file__, ["replay", workdir, "--under-callgrind"]
+                        + (["--limit", str(limit)] if limit else []), workdir, DUMP_NAME)
     with open(os.path.join(workdir, "replay.json")) as f:
         data = json.load(f)
     counts = collections.Counter(o[0] for o in data["outcomes"])
